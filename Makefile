@@ -1,0 +1,29 @@
+# The two commands of the README. Both create/refresh .venv from pyproject.toml first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+# Re-install whenever pyproject.toml changes.
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: demo test lint bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: $(STAMP)
+	$(PY) examples/run_quickstart.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m elasticdl_nb.runtime.protocol.generate --check
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q -p no:cacheprovider; code=$$?; \
+	  if [ $$code -eq 5 ]; then echo "no tests ran: that is a failure"; exit 1; fi; exit $$code
+
+bench: $(STAMP)
+	$(PY) bench/throughput.py

@@ -1,0 +1,16 @@
+"""elasticdl-nb: train a Keras model as an elastic, fault-tolerant parameter-server job.
+
+    import elasticdl_nb as edl
+    job = edl.train(custom_model, loss=loss, optimizer=optimizer, data=(x, y), workers=2)
+    job.wait(); model = job.model()
+
+Importing this package does not import TensorFlow; the SDK imports it when it needs it.
+"""
+
+from elasticdl_nb.model.contract import Mode
+from elasticdl_nb.sdk import Job, JobFailed, attach, jobs, train
+from elasticdl_nb.spec import JobSpec, SpecError
+
+__version__ = "0.1.0"
+
+__all__ = ["Job", "JobFailed", "JobSpec", "Mode", "SpecError", "attach", "jobs", "train"]

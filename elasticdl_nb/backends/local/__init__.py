@@ -1,0 +1,1 @@
+"""The local backend: job processes on this machine, detached from the caller."""

@@ -1,0 +1,121 @@
+"""Worker and PS processes of a local job, launched and watched by the master.
+
+Each instance is a child of the master (so its exit code or signal is known exactly) in
+the master's own session, and asks the kernel to kill it if the master dies
+(PR_SET_PDEATHSIG), so a job never leaves processes behind, however the master ends.
+The kernel ties that signal to the *thread* that forked, so every process is forked from
+one long-lived spawner thread, never from a short-lived one (a watcher, a timer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from elasticdl_nb.backends.instance_event import (
+    FAILED,
+    KILLED,
+    STARTED,
+    SUCCEEDED,
+    EventSink,
+    InstanceEvent,
+)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class LocalProcesses:
+    def __init__(self, job_dir: Path, env: dict[str, str], on_event: EventSink):
+        self.log_dir = job_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._env = {**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+        self._on_event = on_event
+        self._procs: dict[tuple[str, int], subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+
+    def _spawn(self, role: str, instance_id: int) -> subprocess.Popen:
+        log_path = self.log_dir / f"{role}-{instance_id}.log"
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", f"elasticdl_nb.runtime.{role}", "--id", str(instance_id)],
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+                close_fds=True,
+            )
+
+    def launch(self, role: str, instance_id: int) -> None:
+        proc = self._spawner.submit(self._spawn, role, instance_id).result()
+        with self._lock:
+            self._procs[(role, instance_id)] = proc
+        self._on_event(InstanceEvent(role, instance_id, STARTED, pid=proc.pid))
+        threading.Thread(
+            target=self._watch,
+            args=(role, instance_id, proc),
+            daemon=True,
+            name=f"watch-{role}-{instance_id}",
+        ).start()
+
+    def _watch(self, role: str, instance_id: int, proc: subprocess.Popen) -> None:
+        code = proc.wait()
+        with self._lock:
+            if self._procs.get((role, instance_id)) is proc:
+                del self._procs[(role, instance_id)]
+        if code == 0:
+            event = InstanceEvent(role, instance_id, SUCCEEDED, exit_code=0, pid=proc.pid)
+        elif code < 0:
+            name = signal.Signals(-code).name
+            event = InstanceEvent(
+                role, instance_id, KILLED, signal=name, pid=proc.pid, reason=f"killed by {name}"
+            )
+        else:
+            event = InstanceEvent(
+                role,
+                instance_id,
+                FAILED,
+                exit_code=code,
+                pid=proc.pid,
+                reason=f"exited with code {code}",
+            )
+        self._on_event(event)
+
+    def pid(self, role: str, instance_id: int) -> int | None:
+        with self._lock:
+            proc = self._procs.get((role, instance_id))
+            return proc.pid if proc else None
+
+    def kill(self, role: str, instance_id: int, force: bool = False) -> None:
+        with self._lock:
+            proc = self._procs.get((role, instance_id))
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+
+    def shutdown(self, grace_seconds: float) -> None:
+        """SIGTERM everything, then SIGKILL what is still there after the grace period."""
+        with self._lock:
+            procs = list(self._procs.values())
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + grace_seconds
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

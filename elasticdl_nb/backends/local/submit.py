@@ -1,0 +1,94 @@
+"""Start a local job's master, detached from the caller, and stop it again.
+
+The master runs in a session of its own, so a kernel restart or a closed terminal does not
+end the job; the workers and PS it starts share that session, so stopping the session
+stops the job, however it got stuck.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from elasticdl_nb.backends.local.registry import JobRecord
+from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
+
+MASTER_START_TIMEOUT = 60.0
+
+
+class LaunchError(RuntimeError):
+    """The master did not come up; the message carries the end of its log."""
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def start_master(record: JobRecord) -> dict:
+    """Spawn the master and wait until it serves; returns {'address', 'pid', 'ps'}."""
+    logs = record.dir / "logs"
+    logs.mkdir(exist_ok=True)
+    env = dict(os.environ)
+    env[TOKEN_ENV] = record.token
+    # The caller's working directory and path come along, so modules the user's
+    # functions import by name (a helper module beside the notebook) import in the job too.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
+    )
+    with open(logs / "master.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "elasticdl_nb.runtime.master", "--job-dir", str(record.dir)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    # Reap the master when it exits, so a finished job leaves no zombie in the caller.
+    threading.Thread(target=proc.wait, daemon=True, name=f"reap-{record.name}").start()
+    deadline = time.monotonic() + MASTER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        master = record.master
+        if master and master.get("pid") == proc.pid:
+            return master
+        if proc.poll() is not None:
+            raise LaunchError(
+                f"The master of job {record.name!r} exited with code "
+                f"{proc.returncode} before serving. Its log "
+                f"({logs / 'master.log'}):\n{log_tail(logs / 'master.log')}"
+            )
+        time.sleep(0.05)
+    kill_job(record)
+    raise LaunchError(
+        f"The master of job {record.name!r} did not start serving within "
+        f"{MASTER_START_TIMEOUT:.0f} s; it was stopped. Its log:\n"
+        f"{log_tail(logs / 'master.log')}"
+    )
+
+
+def kill_job(record: JobRecord, grace_seconds: float = 10.0) -> None:
+    """SIGTERM the job's process group, then SIGKILL it if it lingers."""
+    master = record.master
+    if not master or not record.master_alive():
+        return
+    pgid = master["pid"]
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and record.master_alive():
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

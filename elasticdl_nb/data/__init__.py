@@ -1,0 +1,23 @@
+"""Input data for elastic jobs: find and count sources, read record ranges, stage arrays.
+
+The master uses `resolve_sources` to count records and cut tasks; workers use
+`open_reader(source).read(start, end)` to get a task's records as NumPy
+structures. Nothing in this package imports TensorFlow, so the master can
+import it and start quickly.
+"""
+
+from elasticdl_nb.data.csv_decoding import default_decode_csv
+from elasticdl_nb.data.errors import DataError
+from elasticdl_nb.data.readers import RecordReader, open_reader
+from elasticdl_nb.data.sources import SourceInfo, resolve_sources
+from elasticdl_nb.data.staging import stage_arrays
+
+__all__ = [
+    "DataError",
+    "RecordReader",
+    "SourceInfo",
+    "default_decode_csv",
+    "open_reader",
+    "resolve_sources",
+    "stage_arrays",
+]

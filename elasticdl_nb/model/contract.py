@@ -1,0 +1,105 @@
+"""The ElasticDL model-zoo contract, resolved into one object.
+
+A model module defines `custom_model()` (a Keras model), `loss(labels, predictions)`,
+`optimizer()`, `feed(dataset, mode, metadata)` (or its older name `dataset_fn`),
+optionally `eval_metrics_fn()` and `callbacks()`. `ModelContract` holds those functions,
+however they were given (a model-zoo file, a module object, or functions passed to the SDK).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class ContractError(ValueError):
+    """The model definition is incomplete or unusable; the message says what to define."""
+
+
+class Mode:
+    """The `mode` passed to `feed`; the same values as ElasticDL's `Mode`."""
+
+    TRAINING = "training"
+    EVALUATION = "evaluation"
+    PREDICTION = "prediction"
+
+
+REQUIRED = ("custom_model", "loss", "optimizer")
+OPTIONAL = ("feed", "eval_metrics_fn", "callbacks")
+
+
+@dataclass
+class ModelContract:
+    custom_model: Callable[[], Any]
+    loss: Callable[[Any, Any], Any]
+    optimizer: Callable[[], Any]
+    feed: Callable[[Any, str, Any], Any] | None = None
+    eval_metrics_fn: Callable[[], Mapping[str, Any]] | None = None
+    callbacks: Callable[[], list] | None = None
+
+    @classmethod
+    def from_namespace(
+        cls,
+        namespace: Mapping[str, Any],
+        model_fn_name: str = "custom_model",
+        where: str = "the model definition",
+    ) -> ModelContract:
+        """Pick the contract's functions out of a module's (or a dict's) names."""
+        found: dict[str, Any] = {}
+        model_fn = namespace.get(model_fn_name)
+        if model_fn is None:
+            raise ContractError(
+                f"{where} has no '{model_fn_name}': define a function that "
+                "builds and returns the Keras model."
+            )
+        found["custom_model"] = model_fn
+        for name in REQUIRED[1:]:
+            if namespace.get(name) is None:
+                raise ContractError(f"{where} does not define '{name}'. " + _HINTS[name])
+            found[name] = namespace[name]
+        found["feed"] = namespace.get("feed") or namespace.get("dataset_fn")
+        found["eval_metrics_fn"] = namespace.get("eval_metrics_fn")
+        found["callbacks"] = namespace.get("callbacks")
+        for name, fn in found.items():
+            if fn is not None and not callable(fn):
+                raise ContractError(
+                    f"'{name}' in {where} must be a function, got {type(fn).__name__}."
+                )
+        return cls(**found)
+
+
+_HINTS = {
+    "loss": "Add `def loss(labels, predictions): return <a scalar tensor>`.",
+    "optimizer": "Add `def optimizer(): return tf.keras.optimizers.SGD(0.1)` (any Keras "
+    "optimizer).",
+}
+
+
+def install_elasticdl_compat() -> None:
+    """Let unchanged ElasticDL model-zoo files `from elasticdl.python.common.constants
+    import Mode` without ElasticDL installed."""
+    if "elasticdl" in sys.modules:
+        return
+    try:
+        import elasticdl  # noqa: F401  (a real ElasticDL wins)
+
+        return
+    except ImportError:
+        pass
+    path = [
+        "elasticdl",
+        "elasticdl.python",
+        "elasticdl.python.common",
+        "elasticdl.python.common.constants",
+    ]
+    for name in path:
+        module = types.ModuleType(name)
+        module.__path__ = []  # a package, so the next level can be imported
+        sys.modules[name] = module
+    constants = sys.modules["elasticdl.python.common.constants"]
+    constants.Mode = Mode
+    for parent, child in zip(path, path[1:]):
+        setattr(sys.modules[parent], child.rsplit(".", 1)[1], sys.modules[child])

@@ -1,0 +1,118 @@
+"""The master process: `python -m elasticdl_nb.runtime.master --job-dir DIR`.
+
+Started detached by the SDK (a kernel restart does not end the job). It serves the
+Master service, launches the parameter servers and workers through the local backend,
+runs the job to its end, then stops every process it started and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from elasticdl_nb.backends.local.processes import LocalProcesses
+from elasticdl_nb.backends.local.registry import write_json
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.logs import setup_logging
+from elasticdl_nb.runtime.master.instances import InstanceManager
+from elasticdl_nb.runtime.master.job_master import JobMaster
+from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.service import MasterService
+from elasticdl_nb.runtime.process_env import ProcessEnv
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.auth import token_from_env
+from elasticdl_nb.runtime.protocol.channels import make_server
+from elasticdl_nb.spec import JobSpec
+
+log = logging.getLogger("elasticdl_nb.master")
+
+LINGER_SECONDS = 1.0  # lets event streams deliver the last events before the server stops
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--job-dir", required=True, type=Path)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args()
+    setup_logging("master")
+    job_dir: Path = args.job_dir
+    token = token_from_env()
+    spec = JobSpec.from_json((job_dir / "spec.json").read_text())
+    name = json.loads((job_dir / "job.json").read_text())["name"]
+    sources = json.loads((job_dir / "sources.json").read_text())
+    train = [SourceInfo.from_dict(s) for s in sources["train"]]
+    validation = [SourceInfo.from_dict(s) for s in sources["validation"]]
+
+    server = make_server(token)
+    port = server.add_insecure_port(f"{args.host}:0")
+    address = f"{args.host}:{port}"
+    ps_addrs = [f"{args.host}:{_free_port(args.host)}" for _ in range(spec.ps)]
+    env = ProcessEnv(token, job_dir, address, tuple(ps_addrs))
+
+    journal = Journal(job_dir / "events.jsonl")
+    contract_cache: list = []
+
+    def load_contract():
+        if not contract_cache:
+            from elasticdl_nb.model import load_bundle
+
+            contract_cache.append(load_bundle(env.bundle_dir))
+        return contract_cache[0]
+
+    master = JobMaster(
+        spec, name, journal, train, validation, ps_addrs, token, job_dir, load_contract
+    )
+    rpc.add_MasterServicer_to_server(MasterService(master), server)
+    holder: list[InstanceManager] = []
+    launcher = LocalProcesses(job_dir, env.to_environ(), lambda ev: holder[0].on_event(ev))
+    instances = InstanceManager(
+        launcher,
+        journal,
+        workers=spec.workers,
+        ps=spec.ps,
+        max_worker_relaunches=spec.max_worker_relaunches,
+        max_ps_relaunches=spec.max_ps_relaunches,
+        on_worker_lost=master.worker_lost,
+        on_job_failed=master.fail,
+    )
+    holder.append(instances)
+    master.instances = instances
+
+    server.start()
+    write_json(job_dir / "master.json", {"address": address, "pid": os.getpid(), "ps": ps_addrs})
+    log.info("master of %s serving on %s", name, address)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(
+            sig, lambda signum, _: master.stop(f"master got {signal.Signals(signum).name}")
+        )
+
+    instances.start()
+    threading.Thread(target=master.run, name="coordinator", daemon=True).start()
+    while not master.finished.wait(0.5):  # a timed wait keeps signal handlers responsive
+        pass
+
+    log.info("job %s %s; stopping instances", name, master.state)
+    instances.shutdown(grace_seconds=5)
+    status = master.status()
+    write_json(job_dir / "state.json", status)
+    time.sleep(LINGER_SECONDS)
+    journal.close()
+    server.stop(grace=2).wait()
+    log.info("master exits")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""The elastic policy: how many workers and PS should run, and what to do when one ends.
+
+The same for every backend: the launcher only starts, kills and reports. Here we decide
+- workers: scale to the desired count; a crashed worker is replaced under a new id while
+  the crash budget lasts, a preempted one always; when none is left and none may be
+  started, the job fails;
+- parameter servers: a lost PS is relaunched under the same id, so at the same address,
+  and restores its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from elasticdl_nb.backends.instance_event import (
+    ENDED,
+    FAILED,
+    PREEMPTED,
+    STARTED,
+    SUCCEEDED,
+    InstanceEvent,
+    InstanceLauncher,
+)
+from elasticdl_nb.runtime.master.journal import Journal
+
+log = logging.getLogger("elasticdl_nb.master")
+
+USER_CODE_EXIT = 3  # a worker that exits with this code failed in the user's code
+
+
+@dataclass
+class Instance:
+    role: str
+    instance_id: int
+    state: str = STARTED
+    pid: int | None = None
+    exit_reason: str = ""
+    expected_exit: bool = False  # we asked it to stop
+    replaces: int | None = None
+
+
+@dataclass
+class InstanceCounts:
+    worker_crashes: int = 0
+    ps_crashes: int = 0
+    preemptions: int = 0
+    relaunches: dict[str, int] = field(default_factory=lambda: {"worker": 0, "ps": 0})
+
+
+class InstanceManager:
+    def __init__(
+        self,
+        launcher: InstanceLauncher,
+        journal: Journal,
+        *,
+        workers: int,
+        ps: int,
+        max_worker_relaunches: int,
+        max_ps_relaunches: int,
+        on_worker_lost: Callable[[int], None],
+        on_job_failed: Callable[[str], None],
+    ):
+        self.launcher = launcher
+        self.journal = journal
+        self.desired_workers = workers
+        self.num_ps = ps
+        self.max_worker_relaunches = max_worker_relaunches
+        self.max_ps_relaunches = max_ps_relaunches
+        self._on_worker_lost = on_worker_lost
+        self._on_job_failed = on_job_failed
+        self.instances: dict[tuple[str, int], Instance] = {}
+        self.counts = InstanceCounts()
+        self._next_worker_id = 0
+        self._lock = threading.RLock()
+        self.shutting_down = False
+
+    # ------------------------------------------------------------------ queries
+
+    def live(self, role: str) -> list[Instance]:
+        with self._lock:
+            return [i for i in self.instances.values() if i.role == role and i.state not in ENDED]
+
+    def active_workers(self) -> list[int]:
+        """Workers that are running and not being retired."""
+        return [i.instance_id for i in self.live("worker") if not i.expected_exit]
+
+    def is_retiring(self, worker_id: int) -> bool:
+        with self._lock:
+            inst = self.instances.get(("worker", worker_id))
+            return inst is None or inst.expected_exit
+
+    def table(self) -> list[dict]:
+        with self._lock:
+            return [
+                {
+                    "role": i.role,
+                    "id": i.instance_id,
+                    "state": i.state,
+                    "pid": i.pid,
+                    "exit_reason": i.exit_reason,
+                }
+                for i in self.instances.values()
+            ]
+
+    # ------------------------------------------------------------------ actions
+
+    def start(self) -> None:
+        for ps_id in range(self.num_ps):
+            self._launch("ps", ps_id)
+        self.scale(self.desired_workers, reason="job start")
+
+    def scale(self, workers: int, reason: str = "requested") -> dict:
+        with self._lock:
+            before = len(self.active_workers())
+            self.desired_workers = workers
+            self.journal.append("scale", workers_from=before, workers_to=workers, reason=reason)
+            self._converge()
+            return {"workers_from": before, "workers_to": workers}
+
+    def _converge(self) -> None:
+        """Start or retire workers until the active count is the desired count."""
+        if self.shutting_down:
+            return
+        active = self.active_workers()
+        for _ in range(self.desired_workers - len(active)):
+            self._launch("worker", self._take_worker_id())
+        for worker_id in sorted(active, reverse=True)[: max(0, len(active) - self.desired_workers)]:
+            self.retire(worker_id)
+
+    def retire(self, worker_id: int) -> None:
+        """Ask a worker to stop after its current minibatch (it learns so on its next report)
+        and kill it if it has not gone in 30 s."""
+        with self._lock:
+            inst = self.instances.get(("worker", worker_id))
+            if inst is None or inst.expected_exit:
+                return
+            inst.expected_exit = True
+            self.journal.append("instance", role="worker", id=worker_id, kind="retiring")
+        timer = threading.Timer(30, self.launcher.kill, args=("worker", worker_id, True))
+        timer.daemon = True
+        timer.start()
+
+    def _take_worker_id(self) -> int:
+        worker_id = self._next_worker_id
+        self._next_worker_id += 1
+        return worker_id
+
+    def _launch(self, role: str, instance_id: int, replaces: int | None = None) -> None:
+        with self._lock:
+            self.instances[(role, instance_id)] = Instance(role, instance_id, replaces=replaces)
+        self.launcher.launch(role, instance_id)
+
+    def shutdown(self, grace_seconds: float = 5.0) -> None:
+        with self._lock:
+            self.shutting_down = True
+            for inst in self.instances.values():
+                inst.expected_exit = True
+        self.launcher.shutdown(grace_seconds)
+
+    # ------------------------------------------------------------------ events
+
+    def on_event(self, event: InstanceEvent) -> None:
+        """Every instance event from the backend: journal it, then apply the policy."""
+        with self._lock:
+            inst = self.instances.get((event.role, event.instance_id))
+            if inst is None:
+                return
+            inst.state = event.kind
+            if event.pid:
+                inst.pid = event.pid
+            if event.ended:
+                inst.exit_reason = event.reason or event.kind
+            self.journal.append("instance", **event.to_dict(), expected=inst.expected_exit)
+            if not event.ended or self.shutting_down:
+                return
+            if event.role == "worker":
+                self._worker_ended(inst, event)
+            else:
+                self._ps_ended(inst, event)
+
+    def _worker_ended(self, inst: Instance, event: InstanceEvent) -> None:
+        self._on_worker_lost(inst.instance_id)
+        if inst.expected_exit or event.kind == SUCCEEDED:
+            self._converge()
+            return
+        if event.kind == FAILED and event.exit_code == USER_CODE_EXIT:
+            return  # the worker reported the error; the job fails on that report
+        if event.kind == PREEMPTED:
+            self.counts.preemptions += 1
+        else:
+            self.counts.worker_crashes += 1
+            if self.counts.worker_crashes > self.max_worker_relaunches:
+                self.journal.append(
+                    "relaunch_refused",
+                    role="worker",
+                    id=inst.instance_id,
+                    reason=f"crash budget of {self.max_worker_relaunches} relaunches used up",
+                )
+                if not self.active_workers():
+                    self._on_job_failed(
+                        f"worker {inst.instance_id} {inst.exit_reason}, and the budget of "
+                        f"{self.max_worker_relaunches} worker relaunches is used up "
+                        "(see its log with job.logs('worker', "
+                        f"{inst.instance_id}))."
+                    )
+                return
+        new_id = self._take_worker_id()
+        self.counts.relaunches["worker"] += 1
+        self.journal.append(
+            "relaunch", role="worker", id=new_id, replaces=inst.instance_id, reason=inst.exit_reason
+        )
+        self._launch("worker", new_id, replaces=inst.instance_id)
+
+    def _ps_ended(self, inst: Instance, event: InstanceEvent) -> None:
+        if inst.expected_exit:
+            return
+        self.counts.ps_crashes += 1
+        if self.counts.ps_crashes > self.max_ps_relaunches:
+            self._on_job_failed(
+                f"PS {inst.instance_id} {inst.exit_reason}, and the budget of "
+                f"{self.max_ps_relaunches} PS relaunches is used up."
+            )
+            return
+        self.counts.relaunches["ps"] += 1
+        self.journal.append(
+            "relaunch",
+            role="ps",
+            id=inst.instance_id,
+            replaces=inst.instance_id,
+            reason=inst.exit_reason,
+        )
+        self._launch("ps", inst.instance_id, replaces=inst.instance_id)

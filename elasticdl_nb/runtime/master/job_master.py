@@ -1,0 +1,404 @@
+"""The master's brain: the job's state machine over tasks, instances and the PS.
+
+RPC handlers only record what workers and parameter servers tell it and wake the
+coordinator thread; the coordinator (`_coordinate`) makes every decision that needs a
+round trip to the PS — verifying that every minibatch of an epoch is really applied on
+every shard before the epoch counts as done, and re-queueing what a restored PS lost.
+
+Phases: training -> final evaluation -> export -> final checkpoint -> succeeded.
+A failure report or a spent relaunch budget ends in `failed`; `Stop` in `stopped`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.master.instances import InstanceManager
+from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING, TaskQueue
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.runtime.protocol.tensors import to_array
+from elasticdl_nb.spec import JobSpec
+
+log = logging.getLogger("elasticdl_nb.master")
+
+RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
+TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED})
+TRAINING_PHASE, FINAL_EVAL, EXPORTING, FINISHING = (
+    "training",
+    "evaluating",
+    "exporting",
+    "finishing",
+)
+
+
+class EvalRound:
+    def __init__(self, step: int, tasks: int, final: bool):
+        self.step, self.tasks_left, self.final = step, tasks, final
+        self.states: dict[str, list[np.ndarray]] = {}
+
+    def add(self, states: list[pb.MetricState]) -> None:
+        for state in states:
+            values = [to_array(t).astype(np.float64) for t in state.variables]
+            have = self.states.get(state.name)
+            self.states[state.name] = (
+                values if have is None else [a + b for a, b in zip(have, values)]
+            )
+        self.tasks_left -= 1
+
+
+class JobMaster:
+    def __init__(
+        self,
+        spec: JobSpec,
+        name: str,
+        journal: Journal,
+        train: list[SourceInfo],
+        validation: list[SourceInfo],
+        ps_addrs: list[str],
+        token: str,
+        job_dir: Path,
+        load_contract,
+    ):
+        self.spec, self.name, self.journal = spec, name, journal
+        self.job_dir = job_dir
+        self._load_contract = load_contract  # lazy: the master imports TF only to evaluate
+        self.lock = threading.RLock()
+        self.queue = TaskQueue(
+            train,
+            validation,
+            spec.minibatch_size,
+            spec.minibatches_per_task,
+            spec.shuffle,
+            spec.seed,
+        )
+        self.validation = validation
+        self.records_per_epoch = sum(s.num_records for s in train)
+        self.ps = [rpc.ParameterServerStub(open_channel(a, token)) for a in ps_addrs]
+        self.instances: InstanceManager | None = None  # set by the process entry point
+        self.state, self.phase, self.error = RUNNING, TRAINING_PHASE, ""
+        self.epoch = -1
+        self.step = 0
+        self.started = time.time()
+        self.ended: float | None = None
+        self.rounds: dict[int, EvalRound] = {}  # evaluations in progress
+        self._round_counter = 0
+        self.final_eval_started = False
+        self.last_metrics: dict = {}
+        self.ps_seen_version = [0] * len(ps_addrs)
+        self._ps_up = [False] * len(ps_addrs)
+        self.needs_reconcile = False
+        self.export_path = str(job_dir / "model.keras")
+        self._records_window: deque[tuple[float, int]] = deque()
+        self._wake = threading.Event()
+        self.finished = threading.Event()
+
+    # ================================================================== RPC side
+
+    def get_task(self, worker_id: int) -> pb.Task:
+        with self.lock:
+            if self.state in TERMINAL or self.instances.is_retiring(worker_id):
+                return pb.Task(type=pb.FINISHED)
+            task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
+            if task is None:
+                self._wake.set()
+                return pb.Task(type=pb.NONE, wait_seconds=0.2)
+            return task.to_message()
+
+    def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
+        with self.lock:
+            if r.error:
+                where = "user code" if r.error_is_user_code else "the worker"
+                self._fail(f"worker {r.worker_id} failed in {where}:\n{r.error}")
+                return pb.ProgressResponse(stop=True)
+            for ps_id, version in enumerate(r.ps_versions):
+                if ps_id < len(self.ps_seen_version):
+                    self.ps_seen_version[ps_id] = max(self.ps_seen_version[ps_id], version)
+            fresh = self.queue.report(r.task_id, list(r.batch_starts))
+            if fresh:
+                self._count_progress(fresh)
+            if r.losses:
+                first = self.step - len(r.losses) + 1
+                self.journal.append(
+                    "loss",
+                    worker=r.worker_id,
+                    points=[[first + i, round(float(p.loss), 6)] for i, p in enumerate(r.losses)],
+                )
+            if r.task_done:
+                self._task_done(r)
+            self._wake.set()
+            stop = self.state in TERMINAL or self.instances.is_retiring(r.worker_id)
+            return pb.ProgressResponse(stop=stop)
+
+    def _count_progress(self, fresh: list[int]) -> None:
+        before = self.step
+        self.step += len(fresh)
+        every = self.spec.evaluation_steps
+        if every and self.validation and before // every != self.step // every:
+            self._start_eval(final=False)
+        self._records_window.append((time.monotonic(), len(fresh) * self.spec.minibatch_size))
+
+    def _task_done(self, r: pb.ProgressReport) -> None:
+        assignment = self.queue.finish(r.task_id)
+        if assignment is None:
+            return
+        task = assignment.task
+        if task.kind == TRAINING:
+            self.journal.append("progress", **self._progress())
+        elif task.kind == EVALUATION:
+            eval_round = self.rounds.get(task.eval_round)
+            if eval_round is not None:
+                eval_round.add(r.metric_states)
+        elif task.kind == EXPORT:
+            self.journal.append("export", path=task.export_path, worker=r.worker_id)
+
+    def ps_ready(self, ps_id: int, restored_version: int) -> None:
+        with self.lock:
+            if self._ps_up[ps_id]:  # a relaunched PS: what did it lose?
+                lost = max(0, self.ps_seen_version[ps_id] - max(restored_version, 0))
+                self.journal.append(
+                    "ps_restored",
+                    ps=ps_id,
+                    restored_version=restored_version,
+                    newest_seen_version=self.ps_seen_version[ps_id],
+                    updates_rolled_back=lost,
+                )
+                self.ps_seen_version[ps_id] = max(restored_version, 0)
+                self.needs_reconcile = True
+            self._ps_up[ps_id] = True
+            self.journal.append(
+                "instance", role="ps", id=ps_id, kind="running", restored_version=restored_version
+            )
+            self._wake.set()
+
+    def worker_lost(self, worker_id: int) -> None:
+        with self.lock:
+            for task, left in self.queue.release_worker(worker_id):
+                self.journal.append(
+                    "requeue",
+                    worker=worker_id,
+                    task=task.task_id,
+                    kind=pb.TaskType.Name(task.kind).lower(),
+                    batches=len(left),
+                    epoch=task.epoch,
+                )
+            self._wake.set()
+
+    def scale(self, workers: int) -> dict:
+        if workers < 1:
+            raise ValueError("workers must be at least 1; stop the job to end it")
+        with self.lock:
+            if self.state in TERMINAL:
+                raise ValueError(f"the job is {self.state}")
+            return self.instances.scale(workers)
+
+    def stop(self, reason: str) -> None:
+        with self.lock:
+            if self.state not in TERMINAL:
+                self._end(STOPPED, reason or "stopped on request")
+
+    def fail(self, message: str) -> None:
+        with self.lock:
+            self._fail(message)
+
+    def _fail(self, message: str) -> None:
+        if self.state not in TERMINAL:
+            self.error = message
+            self._end(FAILED, message)
+
+    def _end(self, state: str, reason: str) -> None:
+        self.state, self.ended = state, time.time()
+        if self.instances:  # no relaunches from here on: the job is over
+            self.instances.shutting_down = True
+        self.journal.append("job_state", state=state, reason=reason, **self._progress())
+        self.finished.set()
+        self._wake.set()
+
+    # ================================================================== status
+
+    def _progress(self) -> dict:
+        now = time.monotonic()
+        while self._records_window and now - self._records_window[0][0] > 10:
+            self._records_window.popleft()
+        window = self._records_window
+        span = now - window[0][0] if len(window) > 1 else 0
+        rate = sum(n for _, n in list(window)[1:]) / span if span > 0 else 0.0
+        epoch = max(self.epoch, 0)
+        return {
+            "epoch": epoch,
+            "epochs": self.spec.epochs,
+            "step": self.step,
+            "records_done": self.queue.records_done(epoch),
+            "records_per_epoch": self.records_per_epoch,
+            "records_per_second": round(rate, 1),
+        }
+
+    def status(self) -> dict:
+        with self.lock:
+            workers = self.instances.active_workers() if self.instances else []
+            return {
+                "name": self.name,
+                "state": self.state,
+                "phase": self.phase,
+                "error": self.error,
+                "started": self.started,
+                "ended": self.ended,
+                **self._progress(),
+                "workers": len(workers),
+                "desired_workers": self.instances.desired_workers if self.instances else 0,
+                "ps": len(self.ps),
+                "instances": self.instances.table() if self.instances else [],
+                "metrics": self.last_metrics,
+                "events": len(self.journal),
+                "model_path": self.export_path if self.phase == FINISHING else "",
+            }
+
+    # ================================================================== coordinator
+
+    def run(self) -> None:
+        """Drive the job until it ends; runs on its own thread."""
+        with self.lock:
+            self.journal.append("job_state", state=RUNNING, reason="started", **self._progress())
+        while not self.finished.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            try:
+                self._coordinate()
+            except Exception as exc:  # a bug here must end the job visibly, not hang it
+                log.exception("coordinator failed")
+                self.fail(f"master error: {exc!r}")
+
+    def _coordinate(self) -> None:
+        with self.lock:
+            if self.state in TERMINAL or not all(self._ps_up):
+                return
+            if self.epoch < 0:
+                self._start_epoch(0)
+                return
+            reconcile = self.needs_reconcile or (
+                self.phase == TRAINING_PHASE and not self.queue.training_pending()
+            )
+        if reconcile and not self._reconcile():
+            return
+        self._finish_evaluations()
+        with self.lock:
+            if self.state in TERMINAL or self.queue.training_pending():
+                return
+            if self.phase == TRAINING_PHASE:
+                if self.spec.evaluation_steps == 0 and self.validation:
+                    self._start_eval(final=self.epoch == self.spec.epochs - 1)
+                if self.epoch + 1 < self.spec.epochs:
+                    self._start_epoch(self.epoch + 1)
+                    return
+                self.phase = FINAL_EVAL
+                if self.validation and not self.final_eval_started:
+                    self._start_eval(final=True)
+            if self.phase == FINAL_EVAL:
+                if self.queue.pending(EVALUATION) or self.rounds:
+                    return
+                self.phase = EXPORTING
+                self.queue.add_export(self.export_path)
+                self.journal.append("phase", phase=EXPORTING)
+                return
+            if self.phase == EXPORTING and self.queue.pending(EXPORT):
+                return
+            self.phase = FINISHING
+        self._final_checkpoint()
+
+    def _start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        tasks = self.queue.add_epoch(epoch)
+        self.journal.append("epoch", epoch=epoch, tasks=tasks)
+
+    def _start_eval(self, final: bool) -> None:
+        round_id = self._round_counter
+        self._round_counter += 1
+        self.final_eval_started |= final
+        tasks = self.queue.add_evaluation(round_id)
+        self.rounds[round_id] = EvalRound(self.step, tasks, final)
+        self.journal.append("evaluation_started", round=round_id, step=self.step, tasks=tasks)
+
+    def _finish_evaluations(self) -> None:
+        with self.lock:
+            complete = [(i, r) for i, r in self.rounds.items() if r.tasks_left <= 0]
+        for round_id, eval_round in complete:
+            from elasticdl_nb.model.metrics import merged_results
+
+            metrics = merged_results(self._load_contract(), eval_round.states)
+            with self.lock:
+                self.last_metrics = {"step": eval_round.step, **metrics}
+                self.journal.append(
+                    "evaluation",
+                    round=round_id,
+                    step=eval_round.step,
+                    metrics=metrics,
+                    final=eval_round.final,
+                )
+                del self.rounds[round_id]
+
+    def _applied_everywhere(self) -> dict[tuple[int, int], set[int]] | None:
+        """Minibatches applied on every PS shard, or None if a shard did not answer."""
+        common: dict[tuple[int, int], set[int]] | None = None
+        for stub in self.ps:
+            try:
+                reply = stub.GetApplied(pb.AppliedRequest(), timeout=10)
+            except Exception as exc:  # a PS that is down is relaunched; ask again later
+                log.info("PS not answering GetApplied: %s", exc)
+                return None
+            shard = {(e.epoch, e.source): set(e.batch_keys) for e in reply.entries}
+            if common is None:
+                common = shard
+            else:
+                common = {k: v & shard.get(k, set()) for k, v in common.items()}
+        return common or {}
+
+    def _reconcile(self) -> bool:
+        """Re-queue every minibatch counted done that some PS does not hold.
+        Returns False when the PS could not be asked (try again later)."""
+        applied = self._applied_everywhere()
+        if applied is None:
+            return False
+        with self.lock:
+            self.needs_reconcile = False
+            for (epoch, source), done in list(self.queue.done.items()):
+                missing = sorted(done - applied.get((epoch, source), set()))
+                if missing:
+                    self.queue.requeue_batches(epoch, source, missing, "not applied on every PS")
+                    self.journal.append(
+                        "requeue",
+                        reason="rolled back or not applied on every PS",
+                        epoch=epoch,
+                        source=source,
+                        batches=len(missing),
+                    )
+                    self.step -= len(missing)
+            return True
+
+    def _final_checkpoint(self) -> None:
+        versions = []
+        for stub in self.ps:
+            try:
+                versions.append(stub.Checkpoint(pb.Empty(), timeout=60).version)
+            except Exception as exc:
+                log.info("final checkpoint not taken yet: %s", exc)
+                with self.lock:
+                    self.phase = TRAINING_PHASE
+                    self.needs_reconcile = True
+                return
+        if not self._reconcile():
+            return
+        with self.lock:
+            if self.queue.training_pending():  # a PS lost work at the very end: redo it
+                self.phase = TRAINING_PHASE
+                return
+            self.journal.append("checkpoint", versions=versions, final=True)
+            self._end(SUCCEEDED, "all epochs done")

@@ -1,0 +1,99 @@
+"""The job's event journal: every fact the master learns, numbered from 0.
+
+Widgets, the CLI and `Job.events()` all read this one stream; a reader that reconnects
+asks for `from_seq` and gets everything from there, so replaying from 0 rebuilds the whole
+picture. The journal is also appended to `events.jsonl` in the job directory, which is how
+a finished job's history stays readable after the master has exited.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    time: float
+    kind: str
+    data: dict[str, Any]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"seq": self.seq, "time": self.time, "kind": self.kind, "data": self.data},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> Event:
+        raw = json.loads(line)
+        return cls(raw["seq"], raw["time"], raw["kind"], raw["data"])
+
+
+class Journal:
+    def __init__(self, path: Path | None = None):
+        self._events: list[Event] = []
+        self._changed = threading.Condition()
+        self._closed = False
+        self._file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
+
+    def append(self, kind: str, /, **data: Any) -> Event:
+        with self._changed:
+            event = Event(len(self._events), time.time(), kind, data)
+            self._events.append(event)
+            if self._file:
+                self._file.write(event.to_json() + "\n")
+            self._changed.notify_all()
+            return event
+
+    def close(self) -> None:
+        """No more events: followers drain what is left and stop."""
+        with self._changed:
+            self._closed = True
+            if self._file:
+                self._file.close()
+                self._file = None
+            self._changed.notify_all()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def read(
+        self, from_seq: int = 0, follow: bool = True, is_cancelled=lambda: False, poll: float = 0.5
+    ) -> Iterator[Event]:
+        """Events from `from_seq`; with `follow`, wait for new ones until the journal closes
+        or `is_cancelled()` (checked every `poll` seconds) turns true."""
+        seq = max(0, from_seq)
+        while True:
+            with self._changed:
+                while seq >= len(self._events) and follow and not self._closed:
+                    if is_cancelled():
+                        return
+                    self._changed.wait(poll)
+                batch = self._events[seq:]
+                done = not follow or self._closed
+            yield from batch
+            seq += len(batch)
+            if done and seq >= len(self._events):
+                return
+
+
+def read_journal_file(path: Path, from_seq: int = 0) -> Iterator[Event]:
+    """Events of a journal file written by `Journal` (a finished job's history)."""
+    if not path.exists():
+        return
+    with open(path) as lines:
+        for line in lines:
+            if line.strip():
+                try:
+                    event = Event.from_json(line)
+                except json.JSONDecodeError:  # a last line cut short by a killed master
+                    continue
+                if event.seq >= from_seq:
+                    yield event

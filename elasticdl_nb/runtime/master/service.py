@@ -1,0 +1,47 @@
+"""The Master gRPC service: messages in, `JobMaster` calls, messages out."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+
+from elasticdl_nb.runtime.master.job_master import JobMaster
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+
+
+class MasterService(rpc.MasterServicer):
+    def __init__(self, master: JobMaster):
+        self.master = master
+
+    def GetTask(self, request, context):
+        return self.master.get_task(request.worker_id)
+
+    def ReportProgress(self, request, context):
+        return self.master.report(request)
+
+    def ReportPsReady(self, request, context):
+        self.master.ps_ready(request.ps_id, request.restored_version)
+        return pb.Empty()
+
+    def StreamEvents(self, request, context):
+        for event in self.master.journal.read(
+            request.from_seq, request.follow, is_cancelled=lambda: not context.is_active()
+        ):
+            yield pb.Event(
+                seq=event.seq, time=event.time, kind=event.kind, data=json.dumps(event.data)
+            )
+
+    def GetStatus(self, request, context):
+        return pb.JsonMessage(json=json.dumps(self.master.status()))
+
+    def Scale(self, request, context):
+        try:
+            return pb.JsonMessage(json=json.dumps(self.master.scale(request.workers)))
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+
+    def Stop(self, request, context):
+        self.master.stop(request.reason)
+        return pb.JsonMessage(json=json.dumps({"state": self.master.state}))

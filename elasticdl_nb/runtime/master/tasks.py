@@ -1,0 +1,222 @@
+"""Dynamic sharding: the data cut into tasks, handed to workers, tracked per minibatch.
+
+A training task is a contiguous record range of one source, `minibatch_size ×
+minibatches_per_task` records long, aligned to minibatch boundaries so that a minibatch
+is always identified by (epoch, source, start offset). Workers report the minibatches
+whose gradients every PS accepted; when a worker is lost, the minibatches of its task
+that it had not reported go back to the front of the queue. Since every PS drops a
+minibatch it has already applied, work that is done twice is applied once.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+
+TRAINING, EVALUATION, EXPORT = pb.TRAINING, pb.EVALUATION, pb.EXPORT
+
+
+@dataclass
+class Task:
+    task_id: int
+    kind: int
+    source: int = 0
+    start: int = 0
+    end: int = 0
+    epoch: int = 0
+    eval_round: int = -1
+    export_path: str = ""
+
+    def to_message(self) -> pb.Task:
+        return pb.Task(
+            task_id=self.task_id,
+            type=self.kind,
+            epoch=self.epoch,
+            eval_round=self.eval_round,
+            export_path=self.export_path,
+            range=pb.RecordRange(source=self.source, start=self.start, end=self.end),
+        )
+
+
+@dataclass
+class Assignment:
+    worker_id: int
+    task: Task
+    done_starts: set[int] = field(default_factory=set)
+
+
+def batch_starts(start: int, end: int, batch: int) -> list[int]:
+    return list(range(start, end, batch))
+
+
+class TaskQueue:
+    """Training and evaluation tasks, what each worker is doing, and what is done."""
+
+    def __init__(
+        self,
+        train: list[SourceInfo],
+        validation: list[SourceInfo],
+        minibatch_size: int,
+        minibatches_per_task: int,
+        shuffle: bool,
+        seed: int,
+    ):
+        self.train, self.validation = train, validation
+        self.batch = minibatch_size
+        self.per_task = minibatch_size * minibatches_per_task
+        self.shuffle, self.seed = shuffle, seed
+        self.todo: deque[Task] = deque()
+        self.doing: dict[int, Assignment] = {}  # task_id -> assignment
+        self.done: dict[tuple[int, int], set[int]] = {}  # (epoch, source) -> batch starts
+        self._next_id = 0
+
+    # ------------------------------------------------------------------ making tasks
+
+    def _new(self, **fields) -> Task:
+        task = Task(task_id=self._next_id, **fields)
+        self._next_id += 1
+        return task
+
+    def add_epoch(self, epoch: int) -> int:
+        """Queue the training tasks of one epoch; returns how many."""
+        tasks = [
+            self._new(
+                kind=TRAINING,
+                source=i,
+                start=s,
+                end=min(s + self.per_task, src.num_records),
+                epoch=epoch,
+            )
+            for i, src in enumerate(self.train)
+            for s in range(0, src.num_records, self.per_task)
+        ]
+        if self.shuffle:
+            random.Random(self.seed * 100003 + epoch).shuffle(tasks)
+        self.todo.extend(tasks)
+        for i in range(len(self.train)):
+            self.done.setdefault((epoch, i), set())
+        return len(tasks)
+
+    def add_evaluation(self, eval_round: int) -> int:
+        """Queue an evaluation round at the front: the model is judged as it is now."""
+        tasks = [
+            self._new(
+                kind=EVALUATION,
+                source=i,
+                start=s,
+                end=min(s + self.per_task, src.num_records),
+                eval_round=eval_round,
+            )
+            for i, src in enumerate(self.validation)
+            for s in range(0, src.num_records, self.per_task)
+        ]
+        self.todo.extendleft(reversed(tasks))
+        return len(tasks)
+
+    def add_export(self, path: str) -> None:
+        self.todo.appendleft(self._new(kind=EXPORT, export_path=path))
+
+    def requeue_batches(
+        self, epoch: int, source: int, starts: list[int], reason: str
+    ) -> list[Task]:
+        """Queue the given minibatches again (front of the queue), as tasks of contiguous runs."""
+        end_of_source = self.train[source].num_records
+        tasks: list[Task] = []
+        for run in _runs(sorted(starts), self.batch):
+            for s in range(run[0], run[1], self.per_task):
+                tasks.append(
+                    self._new(
+                        kind=TRAINING,
+                        source=source,
+                        start=s,
+                        end=min(s + self.per_task, run[1], end_of_source),
+                        epoch=epoch,
+                    )
+                )
+        self.done.setdefault((epoch, source), set()).difference_update(starts)
+        self.todo.extendleft(reversed(tasks))
+        return tasks
+
+    # ------------------------------------------------------------------ handing out
+
+    def next_for(self, worker_id: int) -> Task | None:
+        if not self.todo:
+            return None
+        task = self.todo.popleft()
+        self.doing[task.task_id] = Assignment(worker_id, task)
+        return task
+
+    def report(self, task_id: int, starts: list[int]) -> list[int]:
+        """Record reported minibatches; returns the ones that were not known done yet."""
+        assignment = self.doing.get(task_id)
+        if assignment is None:
+            return []
+        task = assignment.task
+        if task.kind != TRAINING:
+            return []
+        done = self.done[(task.epoch, task.source)]
+        fresh = [s for s in starts if s not in done]
+        done.update(fresh)
+        assignment.done_starts.update(starts)
+        return fresh
+
+    def finish(self, task_id: int) -> Assignment | None:
+        return self.doing.pop(task_id, None)
+
+    def release_worker(self, worker_id: int) -> list[tuple[Task, list[int]]]:
+        """Take back a lost worker's tasks; returns (task, requeued batch starts) pairs."""
+        released = []
+        for task_id, assignment in list(self.doing.items()):
+            if assignment.worker_id != worker_id:
+                continue
+            del self.doing[task_id]
+            task = assignment.task
+            if task.kind == TRAINING:
+                left = [
+                    s
+                    for s in batch_starts(task.start, task.end, self.batch)
+                    if s not in assignment.done_starts
+                ]
+                if left:
+                    self.requeue_batches(task.epoch, task.source, left, "worker lost")
+                released.append((task, left))
+            else:  # evaluation and export are redone whole
+                self.todo.appendleft(task)
+                released.append((task, []))
+        return released
+
+    # ------------------------------------------------------------------ progress
+
+    def training_pending(self, epoch: int | None = None) -> bool:
+        tasks = list(self.todo) + [a.task for a in self.doing.values()]
+        return any(t.kind == TRAINING and (epoch is None or t.epoch <= epoch) for t in tasks)
+
+    def pending(self, kind: int) -> bool:
+        return any(t.kind == kind for t in self.todo) or any(
+            a.task.kind == kind for a in self.doing.values()
+        )
+
+    def expected_batches(self, epoch: int) -> dict[int, list[int]]:
+        return {i: batch_starts(0, src.num_records, self.batch) for i, src in enumerate(self.train)}
+
+    def records_done(self, epoch: int) -> int:
+        total = 0
+        for i, src in enumerate(self.train):
+            for s in self.done.get((epoch, i), ()):
+                total += min(self.batch, src.num_records - s)
+        return total
+
+
+def _runs(starts: list[int], step: int) -> list[tuple[int, int]]:
+    """Contiguous runs of minibatch starts as [first, last + step) ranges."""
+    runs: list[tuple[int, int]] = []
+    for s in starts:
+        if runs and runs[-1][1] == s:
+            runs[-1] = (runs[-1][0], s + step)
+        else:
+            runs.append((s, s + step))
+    return runs

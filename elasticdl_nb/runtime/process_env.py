@@ -1,0 +1,70 @@
+"""What a job process (master, worker, PS) learns from its environment at start.
+
+Backends set these variables when they launch a process; the token is never put on the
+command line, where other local users could read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV, token_from_env
+
+JOB_DIR_ENV = "ELASTICDL_NB_JOB_DIR"
+MASTER_ENV = "ELASTICDL_NB_MASTER_ADDR"
+PS_ENV = "ELASTICDL_NB_PS_ADDRS"
+
+
+@dataclass(frozen=True)
+class ProcessEnv:
+    token: str
+    job_dir: Path
+    master_addr: str
+    ps_addrs: tuple[str, ...]
+
+    @classmethod
+    def from_environ(cls) -> ProcessEnv:
+        job_dir = os.environ.get(JOB_DIR_ENV)
+        if not job_dir:
+            raise SystemExit(f"{JOB_DIR_ENV} is not set: job processes are started by a backend")
+        ps = os.environ.get(PS_ENV, "")
+        return cls(
+            token_from_env(),
+            Path(job_dir),
+            os.environ.get(MASTER_ENV, ""),
+            tuple(a for a in ps.split(",") if a),
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        return {
+            TOKEN_ENV: self.token,
+            JOB_DIR_ENV: str(self.job_dir),
+            MASTER_ENV: self.master_addr,
+            PS_ENV: ",".join(self.ps_addrs),
+        }
+
+    # Where things live inside the job directory.
+    @property
+    def spec_path(self) -> Path:
+        return self.job_dir / "spec.json"
+
+    @property
+    def bundle_dir(self) -> Path:
+        return self.job_dir / "bundle"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.job_dir / "checkpoints"
+
+    @property
+    def sources_path(self) -> Path:
+        return self.job_dir / "sources.json"
+
+    def load_sources(self) -> dict[str, list[SourceInfo]]:
+        """The resolved data sources: {'train': [...], 'validation': [...]}."""
+        raw = json.loads(self.sources_path.read_text())
+        return {k: [SourceInfo.from_dict(s) for s in v] for k, v in raw.items()}

@@ -1,0 +1,78 @@
+"""PS checkpoints on disk: one `.npz` per (shard, version), written atomically, newest kept.
+
+A checkpoint holds the shard's variables, the optimizer's variables (slots, iteration),
+the version, the applied-batch record and the ledger, so a restored shard is exactly the
+shard that wrote it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from elasticdl_nb.runtime.ps.store import VariableSpec
+
+
+class CheckpointDir:
+    def __init__(self, root: Path, ps_id: int, keep: int):
+        self.dir = root / f"ps-{ps_id}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+
+    def save(self, state: dict) -> Path:
+        arrays: dict[str, np.ndarray] = {}
+        meta = {
+            "version": state["version"],
+            "variables": [],
+            "applied": [[e, s, keys] for (e, s), keys in state["applied"].items()],
+            "ledger": [[e, s, ranges] for (e, s), ranges in state["ledger"].items()],
+        }
+        for i, spec in enumerate(state["variables"]):
+            arrays[f"var{i}"] = spec.value
+            meta["variables"].append([spec.name, spec.is_table, spec.table_rows])
+        for i, value in enumerate(state["optimizer"]):
+            arrays[f"opt{i}"] = value
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        path = self.dir / f"ckpt-{state['version']:012d}.npz"
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as out:
+            out.write(buffer.getbuffer())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)  # a reader sees the old set or the new one, never half a file
+        for old in self.paths()[: -self.keep]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def paths(self) -> list[Path]:
+        return sorted(self.dir.glob("ckpt-*.npz"))
+
+    def load_newest(self) -> tuple[dict, Path] | None:
+        """The newest readable checkpoint (skipping damaged ones), or None."""
+        for path in reversed(self.paths()):
+            try:
+                with np.load(path) as data:
+                    meta = json.loads(data["meta"].tobytes())
+                    variables = [
+                        VariableSpec(name, data[f"var{i}"], is_table, rows)
+                        for i, (name, is_table, rows) in enumerate(meta["variables"])
+                    ]
+                    n_opt = sum(1 for key in data.files if key.startswith("opt"))
+                    optimizer = [data[f"opt{i}"] for i in range(n_opt)]
+            except (OSError, ValueError, KeyError):
+                continue
+            state = {
+                "version": meta["version"],
+                "variables": variables,
+                "optimizer": optimizer,
+                "applied": {(e, s): keys for e, s, keys in meta["applied"]},
+                "ledger": {(e, s): ranges for e, s, ranges in meta["ledger"]},
+            }
+            return state, path
+        return None

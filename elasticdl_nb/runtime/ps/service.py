@@ -1,0 +1,78 @@
+"""The ParameterServer gRPC service: a thin translation between messages and the store."""
+
+from __future__ import annotations
+
+import grpc
+
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
+from elasticdl_nb.runtime.ps.store import ParameterStore, VariableSpec
+
+
+class ParameterServerService(rpc.ParameterServerServicer):
+    def __init__(self, store: ParameterStore, on_update, checkpoint_now):
+        self.store = store
+        self._on_update = on_update  # called after each applied push
+        self._checkpoint_now = checkpoint_now  # () -> (version, path)
+
+    def Init(self, request: pb.InitRequest, context) -> pb.InitResponse:
+        specs = [
+            VariableSpec(v.name, to_array(v.value).copy(), v.is_table, v.table_rows)
+            for v in request.variables
+        ]
+        accepted = self.store.init(specs)
+        if accepted:
+            self._on_update(force=True)  # checkpoint version 0: a restart never starts empty
+        return pb.InitResponse(accepted=accepted, version=self.store.version)
+
+    def PushPull(self, request: pb.PushPullRequest, context) -> pb.PushPullResponse:
+        store = self.store
+        reply = pb.PushPullResponse()
+        if not store.initialized:
+            reply.initialized = False
+            return reply
+        reply.initialized = True
+        if request.batch_key >= 0 and (
+            request.dense_grads or request.table_grads or request.HasField("ledger_range")
+        ):
+            dense = {name: to_array(t) for name, t in request.dense_grads.items()}
+            tables = {
+                name: (to_array(r.ids), to_array(r.values))
+                for name, r in request.table_grads.items()
+            }
+            ledger = request.ledger_range
+            applied = store.push(
+                request.epoch,
+                request.source,
+                request.batch_key,
+                dense,
+                tables,
+                (ledger.start, ledger.end) if request.HasField("ledger_range") else None,
+            )
+            reply.duplicate = not applied
+            if applied:
+                self._on_update()
+        reply.version = store.version
+        if store.version > request.known_version or request.pull_all:
+            for name, value in store.read_dense().items():
+                to_tensor(value, reply.dense[name])
+        for name, ids in request.pull_ids.items():
+            if name not in store.tables:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no table {name!r} on this PS")
+            to_tensor(store.read_rows(name, to_array(ids)), reply.rows[name])
+        if request.pull_all:
+            for name, value in store.read_tables().items():
+                to_tensor(value, reply.rows[name])
+        return reply
+
+    def GetApplied(self, request: pb.AppliedRequest, context) -> pb.AppliedBatches:
+        with self.store.lock:
+            reply = pb.AppliedBatches(version=self.store.version)
+            for (epoch, source), keys in self.store.applied.items():
+                reply.entries.add(epoch=epoch, source=source, batch_keys=sorted(keys))
+        return reply
+
+    def Checkpoint(self, request: pb.Empty, context) -> pb.CheckpointResponse:
+        version, path = self._checkpoint_now()
+        return pb.CheckpointResponse(version=version, path=str(path))

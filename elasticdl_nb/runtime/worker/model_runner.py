@@ -1,0 +1,227 @@
+"""The user's Keras model inside a worker, and the compiled steps a worker runs on it.
+
+Embedding tables (every `keras.layers.Embedding`) live on the PS, split by row; a worker
+keeps a full-size local copy but only the rows of the current minibatch are fresh. To know
+which rows to pull *before* the step, `probe_ids` runs the model in a mode where each
+Embedding layer records its input ids and returns zeros: compiled, everything but the
+id computation is pruned, so it costs little. Dense variables are pulled whole when the PS
+version changed.
+
+Gradients leave as NumPy: dense ones per variable, table ones as (unique row ids, summed
+rows) — the sparse `IndexedSlices` Keras produces for lookups, deduplicated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from elasticdl_nb.model.contract import ContractError, ModelContract
+from elasticdl_nb.model.metrics import make_eval_metrics, metric_states
+
+
+@dataclass
+class Gradients:
+    loss: float
+    dense: dict[str, np.ndarray]
+    tables: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (ids, rows)
+
+
+def _unique_names(variables) -> list[str]:
+    names, seen = [], {}
+    for var in variables:
+        name = var.path
+        if name in seen:  # two variables with one path: keep both, distinctly
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        else:
+            seen[name] = 0
+        names.append(name)
+    return names
+
+
+class ModelRunner:
+    def __init__(self, contract: ModelContract):
+        self.contract = contract
+        model = contract.custom_model()
+        if not isinstance(model, keras.Model):
+            raise ContractError(
+                f"custom_model() returned {type(model).__name__}, not a Keras "
+                "model: return e.g. keras.Sequential([...]) or keras.Model(...)."
+            )
+        self.model = model
+        self._tables = [
+            layer
+            for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, keras.layers.Embedding)
+        ]
+        self._probing = False
+        self._probed: dict[int, list] = {}
+        for index, layer in enumerate(self._tables):
+            self._patch_embedding(index, layer)
+        self.built = False
+
+    def _patch_embedding(self, index: int, layer) -> None:
+        original = layer.call
+        runner = self
+
+        def call(inputs, *args, **kwargs):
+            if runner._probing:
+                runner._probed.setdefault(index, []).append(inputs)
+                shape = tf.concat([tf.shape(inputs), [layer.output_dim]], 0)
+                return tf.zeros(shape, dtype=layer.compute_dtype)
+            return original(inputs, *args, **kwargs)
+
+        layer.call = call
+
+    # ------------------------------------------------------------------ building
+
+    def build(self, features: Any) -> None:
+        """Create the variables (by calling the model once) and compile the steps."""
+        self.model(features, training=False)
+        table_vars = [layer.embeddings for layer in self._tables]
+        table_ids = {id(v) for v in table_vars}
+        dense_vars = [v for v in self.model.trainable_variables if id(v) not in table_ids]
+        names = _unique_names(dense_vars + table_vars)
+        self.dense_vars = dense_vars
+        self.dense_names = names[: len(dense_vars)]
+        self.table_vars = table_vars
+        self.table_names = names[len(dense_vars) :]
+        self.table_rows = {n: int(v.shape[0]) for n, v in zip(self.table_names, table_vars)}
+        self.metrics = make_eval_metrics(self.contract)
+        self._compile()
+        self.built = True
+
+    def _compile(self) -> None:
+        model, loss_fn = self.model, self.contract.loss
+        dense_vars, table_vars = self.dense_vars, self.table_vars
+        metrics = list(self.metrics.values())
+        tables = self._tables
+
+        @tf.function(reduce_retracing=True)
+        def probe(features):
+            self._probed = {}
+            self._probing = True
+            try:
+                model(features, training=False)
+            finally:
+                self._probing = False
+            out = []
+            for index in range(len(tables)):
+                seen = [tf.reshape(tf.cast(x, tf.int64), [-1]) for x in self._probed.get(index, [])]
+                ids = tf.concat(seen, 0) if seen else tf.zeros([0], tf.int64)
+                out.append(tf.unique(ids)[0])
+            return out
+
+        @tf.function(reduce_retracing=True)
+        def train(features, labels):
+            with tf.GradientTape() as tape:
+                predictions = model(features, training=True)
+                loss = loss_fn(labels, predictions)
+                if model.losses:
+                    loss = loss + tf.add_n(model.losses)
+            grads = tape.gradient(loss, dense_vars + table_vars)
+            dense = [
+                tf.zeros_like(v.value) if g is None else tf.convert_to_tensor(g)
+                for g, v in zip(grads[: len(dense_vars)], dense_vars)
+            ]
+            ids_out, rows_out = [], []
+            for g, v in zip(grads[len(dense_vars) :], table_vars):
+                if g is None:
+                    ids_out.append(tf.zeros([0], tf.int64))
+                    rows_out.append(tf.zeros([0, v.shape[1]], v.dtype))
+                    continue
+                if not isinstance(g, tf.IndexedSlices):  # used densely somewhere: keep rows
+                    g = tf.IndexedSlices(g, tf.range(tf.shape(g)[0]))
+                unique, position = tf.unique(tf.cast(g.indices, tf.int64))
+                ids_out.append(unique)
+                rows_out.append(tf.math.unsorted_segment_sum(g.values, position, tf.size(unique)))
+            return loss, dense, ids_out, rows_out
+
+        @tf.function(reduce_retracing=True)
+        def evaluate(features, labels):
+            predictions = model(features, training=False)
+            for metric in metrics:
+                metric.update_state(labels, predictions)
+
+        @tf.function(reduce_retracing=True)
+        def assign_dense(values):
+            for var, value in zip(dense_vars, values):
+                var.assign(value)
+
+        @tf.function(reduce_retracing=True)
+        def scatter_rows(ids, rows):
+            for var, i, r in zip(table_vars, ids, rows):
+                var.value.scatter_update(tf.IndexedSlices(r, i))
+
+        self._probe, self._train, self._evaluate = probe, train, evaluate
+        self._assign_dense, self._scatter_rows = assign_dense, scatter_rows
+
+    # ------------------------------------------------------------------ parameters
+
+    def variable_values(self) -> list[tuple[str, np.ndarray, bool]]:
+        """(name, value, is_table) of every trainable variable, for initializing the PS."""
+        return [
+            (n, np.asarray(v.numpy()), False) for n, v in zip(self.dense_names, self.dense_vars)
+        ] + [(n, np.asarray(v.numpy()), True) for n, v in zip(self.table_names, self.table_vars)]
+
+    def probe_ids(self, features: Any) -> dict[str, np.ndarray]:
+        if not self.table_vars:
+            return {}
+        ids = self._probe(features)
+        out = {}
+        for name, table_ids in zip(self.table_names, ids):
+            table_ids = table_ids.numpy()
+            rows = self.table_rows[name]
+            if table_ids.size and (table_ids.min() < 0 or table_ids.max() >= rows):
+                bad = table_ids[(table_ids < 0) | (table_ids >= rows)][0]
+                raise ContractError(
+                    f"Embedding '{name}' looked up id {bad}, outside its "
+                    f"{rows} rows: raise input_dim or hash the ids into range."
+                )
+            out[name] = table_ids
+        return out
+
+    def load(
+        self,
+        dense: Mapping[str, np.ndarray] | None,
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        """Put pulled parameters into the local model."""
+        if dense:
+            self._assign_dense([dense[n] for n in self.dense_names])
+        if rows:
+            empty = (np.zeros([0], np.int64), None)
+            ids, values = [], []
+            for name, var in zip(self.table_names, self.table_vars):
+                table_ids, table_rows = rows.get(name, empty)
+                ids.append(table_ids)
+                values.append(
+                    table_rows if table_rows is not None else np.zeros([0, var.shape[1]], var.dtype)
+                )
+            self._scatter_rows(ids, values)
+
+    # ------------------------------------------------------------------ steps
+
+    def train_step(self, features: Any, labels: Any) -> Gradients:
+        loss, dense, ids, rows = self._train(features, labels)
+        return Gradients(
+            float(loss),
+            {n: g.numpy() for n, g in zip(self.dense_names, dense)},
+            {n: (i.numpy(), r.numpy()) for n, i, r in zip(self.table_names, ids, rows)},
+        )
+
+    def eval_step(self, features: Any, labels: Any) -> None:
+        self._evaluate(features, labels)
+
+    def take_metric_states(self) -> dict[str, list[np.ndarray]]:
+        """The metrics' states since the last call, then reset them."""
+        states = metric_states(self.metrics)
+        for metric in self.metrics.values():
+            metric.reset_state()
+        return states

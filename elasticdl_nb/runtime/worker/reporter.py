@@ -1,0 +1,85 @@
+"""Progress reports to the master, sent from a background thread every `interval` seconds
+(and at once when a task ends), so training never waits for the master per minibatch."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+
+log = logging.getLogger("elasticdl_nb.worker")
+
+
+class Reporter:
+    def __init__(self, master: rpc.MasterStub, worker_id: int, interval: float = 0.2):
+        self.master, self.worker_id, self.interval = master, worker_id, interval
+        self._lock = threading.Lock()
+        self._pending: dict[int, pb.ProgressReport] = {}
+        self.stop_requested = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="reporter")
+        self._thread.start()
+
+    def _report(self, task_id: int) -> pb.ProgressReport:
+        report = self._pending.get(task_id)
+        if report is None:
+            report = pb.ProgressReport(worker_id=self.worker_id, task_id=task_id)
+            self._pending[task_id] = report
+        return report
+
+    def batch_done(self, task_id: int, start: int, loss: float, ps_versions: list[int]) -> None:
+        with self._lock:
+            report = self._report(task_id)
+            report.batch_starts.append(start)
+            report.losses.add(loss=loss)
+            report.ps_versions[:] = ps_versions
+
+    def task_done(self, task_id: int, metric_states=None) -> None:
+        """Send everything about the task now and wait for the master to have it."""
+        with self._lock:
+            report = self._report(task_id)
+            report.task_done = True
+            for state in metric_states or ():
+                report.metric_states.append(state)
+        self.flush()
+
+    def error(self, message: str, user_code: bool) -> None:
+        try:
+            self.master.ReportProgress(
+                pb.ProgressReport(
+                    worker_id=self.worker_id, error=message, error_is_user_code=user_code
+                ),
+                timeout=10,
+            )
+        except Exception as exc:  # the master is gone too: the exit code still tells
+            log.error("could not report the error to the master: %s", exc)
+
+    def flush(self) -> None:
+        with self._lock:
+            reports, self._pending = list(self._pending.values()), {}
+        for report in reports:
+            for attempt in range(100):
+                try:
+                    reply = self.master.ReportProgress(report, timeout=10)
+                    break
+                except Exception as exc:
+                    if attempt == 99:
+                        raise
+                    log.warning("progress report failed (%s); retrying", exc)
+                    self._closed.wait(0.2)
+            if reply.stop:
+                self.stop_requested.set()
+
+    def _loop(self) -> None:
+        while not self._closed.wait(self.interval):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the main loop sees the master gone on GetTask
+                log.exception("reporter")
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+        self.flush()

@@ -1,0 +1,137 @@
+"""What a worker does with each task: the training loop, evaluation, export.
+
+One round trip per shard per minibatch: the push of minibatch i travels in the same call
+as the pull for minibatch i+1 (whose embedding ids are probed first), and the PS applies
+the push before it answers the pull, so parameters are exactly as fresh as with a
+separate push and pull.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import grpc
+
+from elasticdl_nb.data import DataError
+from elasticdl_nb.model import load_bundle
+from elasticdl_nb.model.contract import Mode
+from elasticdl_nb.runtime.process_env import ProcessEnv
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol.tensors import to_tensor
+from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
+from elasticdl_nb.runtime.worker.model_runner import ModelRunner
+from elasticdl_nb.runtime.worker.ps_client import PsClient, PsUnavailable, PushPayload
+from elasticdl_nb.runtime.worker.reporter import Reporter
+from elasticdl_nb.spec import JobSpec
+
+log = logging.getLogger("elasticdl_nb.worker")
+
+
+class UserCodeError(RuntimeError):
+    """The model, its functions or the data failed; retrying elsewhere will not help."""
+
+
+def _user_code_error(exc: BaseException) -> UserCodeError:
+    import traceback
+
+    return UserCodeError("".join(traceback.format_exception(exc)).strip())
+
+
+class Trainer:
+    def __init__(self, env: ProcessEnv, worker_id: int, reporter: Reporter):
+        self.env, self.worker_id, self.reporter = env, worker_id, reporter
+        self.spec = JobSpec.from_json(env.spec_path.read_text())
+        sources = env.load_sources()
+        try:
+            contract = load_bundle(env.bundle_dir)
+            self.runner = ModelRunner(contract)
+        except Exception as exc:
+            raise _user_code_error(exc) from exc
+        self.train_batches = BatchMaker(sources["train"], contract, self.spec)
+        self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
+        self.ps = PsClient(env.ps_addrs, env.token)
+
+    def run(self, task: pb.Task) -> None:
+        try:
+            if task.type == pb.TRAINING:
+                self._train(task)
+            elif task.type == pb.EVALUATION:
+                self._evaluate(task)
+            elif task.type == pb.EXPORT:
+                self._export(task)
+        except (grpc.RpcError, PsUnavailable):
+            raise  # infrastructure: exit non-zero, the master relaunches us
+        except (DataError, Exception) as exc:
+            raise _user_code_error(exc) from exc
+
+    def _ensure_built(self, features) -> None:
+        if self.runner.built:
+            return
+        self.runner.build(features)
+        self.ps.set_model(self.runner.variable_values())
+        self.ps.initialize()
+
+    def _pull_into_model(self, push: PushPayload | None, features) -> None:
+        ids = self.runner.probe_ids(features) if features is not None else {}
+        dense, rows, _ = self.ps.exchange(push, ids, self.runner.variable_values)
+        self.runner.load(dense, rows)
+
+    # ------------------------------------------------------------------ tasks
+
+    def _train(self, task: pb.Task) -> None:
+        r = task.range
+        pending: tuple[PushPayload, float] | None = None
+        for batch in self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING):
+            if self.reporter.stop_requested.is_set():
+                break
+            self._ensure_built(batch.features)
+            self._pull_into_model(pending[0] if pending else None, batch.features)
+            if pending:
+                self._batch_pushed(task, *pending)
+            grads = self.runner.train_step(batch.features, batch.labels)
+            pending = (
+                PushPayload(
+                    task.epoch,
+                    r.source,
+                    batch.start,
+                    batch.end,
+                    grads.dense,
+                    grads.tables,
+                    self.spec.record_ledger,
+                ),
+                grads.loss,
+            )
+        if pending:  # the last push: what comes back keeps the local model current
+            self._pull_into_model(pending[0], None)
+            self._batch_pushed(task, *pending)
+        if not self.reporter.stop_requested.is_set():
+            self.reporter.task_done(task.task_id)
+
+    def _batch_pushed(self, task: pb.Task, push: PushPayload, loss: float) -> None:
+        self.reporter.batch_done(task.task_id, push.batch_start, loss, list(self.ps.versions))
+
+    def _evaluate(self, task: pb.Task) -> None:
+        r = task.range
+        for batch in self.eval_batches.batches(r.source, r.start, r.end, Mode.EVALUATION):
+            self._ensure_built(batch.features)
+            self._pull_into_model(None, batch.features)
+            self.runner.eval_step(batch.features, batch.labels)
+        states = []
+        for name, values in self.runner.take_metric_states().items():
+            states.append(pb.MetricState(name=name, variables=[to_tensor(v) for v in values]))
+        self.reporter.task_done(task.task_id, states)
+
+    def _export(self, task: pb.Task) -> None:
+        if not self.runner.built:
+            self._ensure_built(first_batch(self.train_batches, Mode.TRAINING).features)
+        dense, rows, _ = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
+        self.runner.load(dense, rows)
+        path = Path(task.export_path)
+        partial = path.with_name(f"partial-{self.worker_id}-{path.name}")
+        self.runner.model.save(partial)
+        os.replace(partial, path)  # whoever opens model.keras sees a whole file
+        self.runner.model.save_weights(path.with_name("model.weights.h5"))
+        log.info("exported the model to %s", path)
+        self.reporter.task_done(task.task_id)

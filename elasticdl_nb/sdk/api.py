@@ -1,0 +1,173 @@
+"""`train`, `attach` and `jobs`: the SDK's entry points.
+
+`train` turns its arguments into one validated `JobSpec`, resolves the data, writes the
+model bundle, checks the model on one minibatch in this process, and only then starts the
+job. Anything wrong is reported before a single process is launched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from elasticdl_nb.backends.local import registry, submit
+from elasticdl_nb.data import DataError, resolve_sources, stage_arrays
+from elasticdl_nb.model import write_bundle
+from elasticdl_nb.sdk.job import Job
+from elasticdl_nb.sdk.model_source import functions_of
+from elasticdl_nb.spec import JobSpec, SpecError
+
+_ARRAYS_PLACEHOLDER = "<in-memory arrays>"
+
+
+def _is_arrays(data: Any) -> bool:
+    if isinstance(data, np.ndarray | dict):
+        return True
+    return isinstance(data, tuple) and len(data) == 2 and not all(isinstance(p, str) for p in data)
+
+
+def _default_name(model: Any, spec: JobSpec) -> str:
+    if spec.model_def:
+        base = spec.model_def.split(".")[0]
+    else:
+        base = getattr(model, "__name__", "job")
+    base = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:20] or "job"
+    return f"{base}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def train(
+    model: Any = None,
+    *,
+    data: Any,
+    validation_data: Any = None,
+    loss: Callable | None = None,
+    optimizer: Callable | None = None,
+    feed: Callable | None = None,
+    eval_metrics_fn: Callable | None = None,
+    callbacks: Callable | None = None,
+    check: bool = True,
+    **options: Any,
+) -> Job:
+    """Start an elastic training job and return its `Job` at once (it does not block).
+
+    model: 'module.custom_model' (with model_zoo=...), a model-zoo module, a dict of the
+        contract's functions, or the custom_model function (then loss=, optimizer=, ...).
+    data, validation_data: CSV/TFRecord paths or globs, or in-memory (x, y) arrays.
+    options: any JobSpec option (workers=, ps=, epochs=, minibatch_size=, ...).
+    check: run one training step here first (recommended).
+    """
+    if isinstance(model, str):
+        options.setdefault("model_def", model)
+    train_arrays = _is_arrays(data)
+    eval_arrays = validation_data is not None and _is_arrays(validation_data)
+    spec = JobSpec.from_options(
+        **options,
+        data=[_ARRAYS_PLACEHOLDER] if train_arrays else data,
+        validation_data=[_ARRAYS_PLACEHOLDER] if eval_arrays else validation_data,
+    )
+    functions = functions_of(
+        model,
+        {
+            "loss": loss,
+            "optimizer": optimizer,
+            "feed": feed,
+            "eval_metrics_fn": eval_metrics_fn,
+            "callbacks": callbacks,
+        },
+    )
+    if functions is None and not spec.model_def:
+        raise SpecError(
+            "No model: pass the custom_model function (with loss= and optimizer=), "
+            "a dict of the model functions, or model_def='module.custom_model' "
+            "with model_zoo='path'."
+        )
+    read_options = dict(
+        data_format=spec.data_format, csv_header=spec.csv_header, csv_delimiter=spec.csv_delimiter
+    )
+    train_sources = None if train_arrays else resolve_sources(spec.data, **read_options)
+    eval_sources = (
+        []
+        if validation_data is None or eval_arrays
+        else resolve_sources(spec.validation_data, **read_options)
+    )
+
+    name = spec.name or _default_name(model, spec)
+    record = registry.create_job(name)
+    try:
+        if train_arrays:
+            spec.data = [stage_arrays(*_xy(data, "data"), str(record.dir / "data" / "train"))]
+            train_sources = resolve_sources(spec.data, "npy")
+        if eval_arrays:
+            spec.validation_data = [
+                stage_arrays(
+                    *_xy(validation_data, "validation_data"),
+                    str(record.dir / "data" / "validation"),
+                )
+            ]
+            eval_sources = resolve_sources(spec.validation_data, "npy")
+        spec.name = name
+        spec.validate()
+        (record.dir / "spec.json").write_text(spec.to_json())
+        (record.dir / "sources.json").write_text(
+            json.dumps(
+                {
+                    "train": [s.to_dict() for s in train_sources],
+                    "validation": [s.to_dict() for s in eval_sources],
+                }
+            )
+        )
+        write_bundle(
+            record.dir / "bundle",
+            model_zoo=spec.model_zoo,
+            model_def=spec.model_def,
+            functions=functions,
+        )
+        if check:
+            from elasticdl_nb.sdk.preflight import check_one_batch
+
+            check_one_batch(record.dir / "bundle", spec, train_sources)
+        submit.start_master(record)
+    except BaseException:
+        shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
+        raise
+    return Job(record)
+
+
+def _xy(data: Any, option: str) -> tuple[Any, Any]:
+    if isinstance(data, tuple):
+        return data
+    raise DataError(
+        f"{option}= got arrays without labels: pass ({option.split('_')[0]}_x, labels) as a tuple."
+    )
+
+
+def attach(name: str) -> Job:
+    """The `Job` of an existing job, running or finished, by name."""
+    record = registry.find_job(name)
+    if record is None:
+        known = [r.name for r in registry.all_jobs()]
+        raise LookupError(
+            f"No job named {name!r} under {registry.jobs_root()}. Known jobs: "
+            f"{', '.join(known[-10:]) or 'none'}."
+        )
+    return Job(record)
+
+
+def jobs() -> list[dict]:
+    """Every local job with its state, newest last."""
+    out = []
+    for record in registry.all_jobs():
+        job = Job(record)
+        final = record.final_state
+        state = final["state"] if final else job.status().get("state")
+        out.append(
+            {"name": record.name, "state": state, "created": record.created, "dir": str(record.dir)}
+        )
+    return out

@@ -1,0 +1,209 @@
+"""`Job`: the handle on a running or finished job, for status, events, scaling and results.
+
+Every view of a job — the progress line, `metrics()`, and later the widgets and the
+sidebar — is built from one thing: the master's event journal, read with `events()`.
+While the master runs it streams the journal (resuming from the last sequence number
+after a dropped connection); once the job has ended, the journal file is read instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from elasticdl_nb.backends.local import submit
+from elasticdl_nb.backends.local.registry import JobRecord
+from elasticdl_nb.runtime.master.journal import Event, read_journal_file
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.channels import open_channel
+
+TERMINAL = ("succeeded", "failed", "stopped")
+
+
+class JobFailed(RuntimeError):
+    """The job ended in `failed`; the message is the master's reason."""
+
+
+class Job:
+    def __init__(self, record: JobRecord):
+        self._record = record
+        self._stub: rpc.MasterStub | None = None
+        self._stub_address = ""
+
+    @property
+    def name(self) -> str:
+        return self._record.name
+
+    @property
+    def dir(self):
+        return self._record.dir
+
+    def __repr__(self) -> str:
+        return f"<Job {self.name!r} {self.status().get('state')}>"
+
+    # ------------------------------------------------------------------ master connection
+
+    def _master(self) -> rpc.MasterStub | None:
+        master = self._record.master
+        if not master or not self._record.master_alive():
+            return None
+        if self._stub is None or self._stub_address != master["address"]:
+            self._stub = rpc.MasterStub(open_channel(master["address"], self._record.token))
+            self._stub_address = master["address"]
+        return self._stub
+
+    # ------------------------------------------------------------------ reading
+
+    def status(self) -> dict[str, Any]:
+        """The job's state and progress: a dict with 'state', 'epoch', 'step', ..."""
+        stub = self._master()
+        if stub is not None:
+            try:
+                return json.loads(stub.GetStatus(pb.Empty(), timeout=10).json)
+            except grpc.RpcError:
+                pass
+        final = self._record.final_state
+        if final:
+            return final
+        if self._master() is None:
+            return {
+                "name": self.name,
+                "state": "lost",
+                "error": "the master process is gone "
+                "without recording an end state (killed?); see job.logs('master')",
+            }
+        return {"name": self.name, "state": "starting"}
+
+    def events(self, from_seq: int = 0, follow: bool = True) -> Iterator[Event]:
+        """The journal from `from_seq`; with `follow`, until the job ends."""
+        seq = from_seq
+        while True:
+            stub = self._master()
+            if stub is None:
+                for event in read_journal_file(self.dir / "events.jsonl", seq):
+                    yield event
+                return
+            try:
+                stream = stub.StreamEvents(pb.EventsRequest(from_seq=seq, follow=follow))
+                for message in stream:
+                    event = Event(message.seq, message.time, message.kind, json.loads(message.data))
+                    seq = event.seq + 1
+                    yield event
+                return  # the journal closed: the job is over
+            except grpc.RpcError as err:
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                    raise
+                time.sleep(0.2)  # the master is exiting or briefly unreachable: look again
+
+    def metrics(self) -> dict[str, list]:
+        """Training loss by step and every evaluation so far, from the journal."""
+        loss: list[tuple[int, float]] = []
+        evaluations: list[dict] = []
+        for event in self.events(follow=False):
+            if event.kind == "loss":
+                loss.extend((int(s), float(v)) for s, v in event.data["points"])
+            elif event.kind == "evaluation":
+                evaluations.append({"step": event.data["step"], **event.data["metrics"]})
+        return {"loss": loss, "evaluation": evaluations}
+
+    def logs(self, role: str = "master", index: int = 0, tail: int | None = None) -> str:
+        """The log of one process: role 'master', 'worker' or 'ps', and its id."""
+        name = "master.log" if role == "master" else f"{role}-{index}.log"
+        path = self.dir / "logs" / name
+        if not path.exists():
+            known = sorted(p.stem for p in (self.dir / "logs").glob("*.log"))
+            raise FileNotFoundError(
+                f"No log for {role} {index} of job {self.name!r}; there are "
+                f"logs for: {', '.join(known) or 'nothing yet'}."
+            )
+        text = path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-tail:]) if tail else text
+
+    # ------------------------------------------------------------------ steering
+
+    def scale(self, workers: int) -> dict:
+        """Change the number of workers while the job runs."""
+        stub = self._require_master("scale")
+        try:
+            return json.loads(stub.Scale(pb.ScaleRequest(workers=workers), timeout=10).json)
+        except grpc.RpcError as err:
+            raise ValueError(f"Cannot scale job {self.name!r}: {err.details()}") from None
+
+    def stop(self, timeout: float = 30.0) -> dict:
+        """Stop the job and every process of it; returns the final status."""
+        stub = self._master()
+        if stub is not None:
+            try:
+                stub.Stop(pb.StopRequest(reason="stopped by the user"), timeout=10)
+            except grpc.RpcError:
+                pass
+            deadline = time.monotonic() + timeout
+            while self._record.master_alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        submit.kill_job(self._record)
+        return self.status()
+
+    def _require_master(self, what: str) -> rpc.MasterStub:
+        stub = self._master()
+        if stub is None:
+            raise ValueError(
+                f"Cannot {what} job {self.name!r}: it is "
+                f"{self.status().get('state')}, its master is not running."
+            )
+        return stub
+
+    # ------------------------------------------------------------------ results
+
+    def wait(self, timeout: float | None = None, progress: bool = True) -> dict:
+        """Block until the job ends (printing progress); returns the final status.
+        Raises JobFailed if it failed, TimeoutError if `timeout` passes first."""
+        from elasticdl_nb.sdk.progress import ProgressPrinter
+
+        printer = ProgressPrinter(self.name) if progress else None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for event in self.events():
+            if printer:
+                printer.show(event)
+            if deadline and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
+            if event.kind == "job_state" and event.data["state"] in TERMINAL:
+                break
+        status = self._final_status()
+        if status.get("state") not in ("succeeded", "stopped"):
+            raise JobFailed(
+                f"Job {self.name!r} {status.get('state')}: {status.get('error')}\n"
+                f"End of the master's log:\n{submit.log_tail(self.dir / 'logs' / 'master.log', 15)}"
+            )
+        return status
+
+    def _final_status(self, wait_seconds: float = 15.0) -> dict:
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            final = self._record.final_state
+            if final:
+                return final
+            if not self._record.master_alive():
+                break
+            time.sleep(0.1)
+        return self.status()
+
+    def model(self):
+        """The trained Keras model, loaded into this process."""
+        import keras
+
+        path = self.dir / "model.keras"
+        if not path.exists():
+            raise FileNotFoundError(
+                f"Job {self.name!r} has no exported model yet (state: "
+                f"{self.status().get('state')}); it is written when the job "
+                "succeeds."
+            )
+        from elasticdl_nb.model import load_bundle
+
+        load_bundle(self.dir / "bundle")  # custom layers of the model module become importable
+        return keras.models.load_model(path, compile=False)

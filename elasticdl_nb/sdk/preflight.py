@@ -1,0 +1,92 @@
+"""Check a job on one minibatch in the caller's process before anything is launched.
+
+It runs the very code a worker runs — load the bundle, build the model, read and feed one
+minibatch, one gradient step, the evaluation metrics — so a model function that raises,
+a loss of the wrong shape or data the model cannot take fails here, in the caller's
+notebook or script, with a message that says which function and which shapes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.model.contract import ContractError, Mode
+from elasticdl_nb.spec import JobSpec
+
+
+class PreflightError(ContractError):
+    """The model does not work on one minibatch; nothing was launched."""
+
+
+def _shape(x) -> str:
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {_shape(v)}" for k, v in x.items()) + "}"
+    shape = getattr(x, "shape", None)
+    return str(tuple(shape)) if shape is not None else type(x).__name__
+
+
+def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) -> dict:
+    """Run one training step locally; returns {'loss': float, 'variables': int}."""
+    import tensorflow as tf
+
+    from elasticdl_nb.model import load_bundle
+    from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
+    from elasticdl_nb.runtime.worker.model_runner import ModelRunner
+
+    def fail(stage: str, exc: BaseException) -> PreflightError:
+        return PreflightError(
+            f"The model failed the one-minibatch check in {stage}: "
+            f"{type(exc).__name__}: {exc}".strip()
+        )
+
+    contract = load_bundle(bundle_dir)
+    try:
+        runner = ModelRunner(contract)
+    except ContractError:
+        raise
+    except Exception as exc:
+        raise fail("custom_model()", exc) from exc
+    try:
+        batch = first_batch(BatchMaker(train, contract, spec), Mode.TRAINING)
+    except ContractError:
+        raise
+    except Exception as exc:
+        raise fail("reading the first minibatch (feed or data decoding)", exc) from exc
+    try:
+        predictions = runner.model(batch.features, training=False)
+    except Exception as exc:
+        raise fail(
+            f"the model's forward pass on features of shape {_shape(batch.features)}", exc
+        ) from exc
+    try:
+        loss = contract.loss(batch.labels, predictions)
+    except Exception as exc:
+        raise fail(
+            f"loss(labels, predictions) with labels {_shape(batch.labels)} and "
+            f"predictions {_shape(predictions)}",
+            exc,
+        ) from exc
+    loss_shape = tuple(tf.convert_to_tensor(loss).shape)
+    if loss_shape != ():
+        raise PreflightError(
+            f"loss(labels, predictions) must return a scalar, but it returned shape {loss_shape} "
+            f"for labels {_shape(batch.labels)} and predictions {_shape(predictions)}. This is "
+            "usually a broadcasting mistake: reshape the labels to the predictions' shape, and "
+            "reduce the per-example losses with tf.reduce_mean."
+        )
+    try:
+        contract.optimizer()
+    except Exception as exc:
+        raise fail("optimizer()", exc) from exc
+    try:
+        runner.build(batch.features)
+        grads = runner.train_step(batch.features, batch.labels)
+        runner.eval_step(batch.features, batch.labels)
+    except ContractError:
+        raise
+    except Exception as exc:
+        raise fail("a gradient step or the evaluation metrics", exc) from exc
+    if not runner.dense_vars and not runner.table_vars:
+        raise PreflightError("The model has no trainable variables: there is nothing to train.")
+    return {"loss": grads.loss, "variables": len(runner.dense_vars) + len(runner.table_vars)}

@@ -1,0 +1,84 @@
+"""Compact text progress for terminals, scripts and headless notebook runs.
+
+On a terminal the progress line is rewritten in place; elsewhere (a log, nbconvert) a line
+is printed at most every few seconds. Events that matter — instances ending or
+relaunching, re-queued work, evaluations, the end of the job — always get their own line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from elasticdl_nb.runtime.master.journal import Event
+
+
+def format_progress(data: dict) -> str:
+    total = data.get("records_per_epoch") or 0
+    done = data.get("records_done", 0)
+    pct = f" ({100 * done / total:.0f}%)" if total else ""
+    return (
+        f"epoch {data.get('epoch', 0) + 1}/{data.get('epochs', '?')} | "
+        f"{done}/{total} records{pct} | step {data.get('step', 0)} | "
+        f"{data.get('records_per_second', 0):.0f} rec/s"
+    )
+
+
+def describe(event: Event) -> str | None:
+    """One line for a notable event, or None for routine ones."""
+    d = event.data
+    if event.kind == "instance" and d.get("kind") in ("failed", "killed", "oom", "preempted"):
+        if d.get("expected"):
+            return None
+        return f"{d['role']} {d['id']} {d.get('reason') or d['kind']}"
+    if event.kind == "relaunch":
+        return f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
+    if event.kind == "requeue" and d.get("batches"):
+        return f"re-queued {d['batches']} minibatches of epoch {d.get('epoch', 0) + 1}"
+    if event.kind == "ps_restored":
+        return (
+            f"PS {d['ps']} restored version {d['restored_version']}; "
+            f"{d['updates_rolled_back']} updates rolled back and redone"
+        )
+    if event.kind == "scale" and d["workers_from"] != d["workers_to"]:
+        return f"scaling workers {d['workers_from']} -> {d['workers_to']}"
+    if event.kind == "evaluation":
+        metrics = ", ".join(f"{k} {v:.4f}" for k, v in d["metrics"].items())
+        return f"evaluation at step {d['step']}: {metrics}"
+    if event.kind == "export":
+        return f"model exported to {d['path']}"
+    if event.kind == "job_state" and d["state"] != "running":
+        reason = f": {d['reason']}" if d.get("reason") else ""
+        return f"job {d['state']}{reason}"
+    return None
+
+
+class ProgressPrinter:
+    def __init__(self, name: str, out: TextIO | None = None, every_seconds: float = 5.0):
+        self.name = name
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty()
+        self.every = every_seconds
+        self._last = 0.0
+        self._open_line = False
+
+    def show(self, event: Event) -> None:
+        if event.kind == "progress":
+            now = time.monotonic()
+            text = f"[{self.name}] {format_progress(event.data)}"
+            if self.tty:
+                self.out.write("\r" + text.ljust(100))
+                self._open_line = True
+            elif now - self._last >= self.every:
+                self.out.write(text + "\n")
+                self._last = now
+            self.out.flush()
+            return
+        line = describe(event)
+        if line:
+            if self._open_line:
+                self.out.write("\n")
+                self._open_line = False
+            self.out.write(f"[{self.name}] {line}\n")
+            self.out.flush()

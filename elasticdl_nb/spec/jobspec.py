@@ -1,0 +1,196 @@
+"""`JobSpec`: the single source of truth for a job's options.
+
+SDK keyword arguments, CLI flags (and later magic flags) are thin adapters onto this
+dataclass: they are generated from its fields, and every check lives in `validate()`,
+so an option means the same thing and fails the same way wherever it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SpecError(ValueError):
+    """An option is unknown, of the wrong type or inconsistent; the message says the fix."""
+
+
+def _opt(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    minimum: int | None = None,
+    cli: bool = True,
+) -> Any:
+    meta = {"help": help, "choices": choices, "minimum": minimum, "cli": cli}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
+
+
+@dataclass
+class JobSpec:
+    """Everything that defines a training job. Build it with `JobSpec.from_options`."""
+
+    # The model: an ElasticDL model-zoo module, or functions given to the SDK.
+    model_def: str = _opt("", "The model function as 'module.custom_model' (with --model-zoo).")
+    model_zoo: str = _opt("", "The .py file or directory that holds the model-zoo module.")
+    # Data.
+    data: list[str] = _opt(
+        [],
+        "Training data: CSV or TFRecord files, globs, or a staged-array "
+        "directory. Several may be given.",
+    )
+    validation_data: list[str] = _opt([], "Evaluation data, in the same forms as --data.")
+    data_format: str = _opt(
+        "auto", "How to read the data files.", choices=("auto", "csv", "tfrecord", "npy")
+    )
+    label_column: str = _opt("", "CSV column that holds the label (default: the last column).")
+    csv_header: bool = _opt(True, "Whether CSV files start with a header line.")
+    csv_delimiter: str = _opt(",", "CSV field separator.")
+    # Shape of the job.
+    name: str = _opt("", "Job name (lowercase letters, digits, '-'); generated when empty.")
+    backend: str = _opt("local", "Where the job's processes run.", choices=("local",))
+    workers: int = _opt(2, "Number of worker processes.", minimum=1)
+    ps: int = _opt(1, "Number of parameter-server processes.", minimum=1)
+    # Training.
+    epochs: int = _opt(1, "Passes over the training data.", minimum=1)
+    minibatch_size: int = _opt(64, "Records per gradient step.", minimum=1)
+    minibatches_per_task: int = _opt(8, "Minibatches in one task handed to a worker.", minimum=1)
+    evaluation_steps: int = _opt(
+        0, "Evaluate every N training steps; 0 = after each epoch.", minimum=0
+    )
+    shuffle: bool = _opt(True, "Shuffle the order of tasks in every epoch.")
+    seed: int = _opt(0, "Seed for task shuffling.", minimum=0)
+    # Fault tolerance.
+    checkpoint_steps: int = _opt(
+        200, "PS checkpoint every N applied updates (and every epoch).", minimum=1
+    )
+    keep_checkpoints: int = _opt(3, "Checkpoints kept per PS.", minimum=1)
+    max_worker_relaunches: int = _opt(
+        5,
+        "Relaunches of crashed workers before the job fails "
+        "(preempted workers are always relaunched).",
+        minimum=0,
+    )
+    max_ps_relaunches: int = _opt(5, "Relaunches of crashed parameter servers.", minimum=0)
+    # Verification.
+    record_ledger: bool = _opt(
+        False,
+        "Keep a per-record ledger on the PS that proves every "
+        "record was applied exactly once per epoch (for tests).",
+    )
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def from_options(cls, **options: Any) -> JobSpec:
+        """Build and validate a spec from keyword options; unknown names fail at once."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in options:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+                raise SpecError(
+                    f"Unknown option '{key}'.{hint} Known options: {', '.join(sorted(known))}."
+                )
+        spec = cls(**{k: _coerce(k, v) for k, v in options.items()})
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        """Check types, ranges and consistency; raise SpecError naming the option and fix."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            expected = _FIELD_TYPES[f.name]
+            if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise SpecError(f"Option '{f.name}' must be an integer, got {value!r}.")
+            if expected is bool and not isinstance(value, bool):
+                raise SpecError(f"Option '{f.name}' must be True or False, got {value!r}.")
+            if expected is str and not isinstance(value, str):
+                raise SpecError(f"Option '{f.name}' must be a string, got {value!r}.")
+            minimum = f.metadata["minimum"]
+            if minimum is not None and value < minimum:
+                raise SpecError(
+                    f"Option '{f.name}' must be at least {minimum}, got {value}. "
+                    + _RANGE_HINTS.get(f.name, "")
+                )
+            choices = f.metadata["choices"]
+            if choices and value not in choices:
+                raise SpecError(
+                    f"Option '{f.name}' must be one of {', '.join(choices)}; got {value!r}."
+                )
+        if not self.data:
+            raise SpecError("No training data: pass data= (files, a glob, or (x, y) arrays).")
+        if self.name and not _NAME.match(self.name):
+            raise SpecError(
+                f"Job name {self.name!r} is not valid: use at most 52 lowercase "
+                "letters, digits and '-', starting and ending with a letter or digit."
+            )
+        if self.model_zoo and not self.model_def:
+            raise SpecError(
+                "model_zoo is set but model_def is empty: name the model function, "
+                "e.g. model_def='mnist.custom_model'."
+            )
+        if len(self.csv_delimiter) != 1:
+            raise SpecError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}.")
+
+    # ------------------------------------------------------------------ (de)serializing
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        return cls.from_options(**json.loads(text))
+
+    @property
+    def records_per_task(self) -> int:
+        return self.minibatch_size * self.minibatches_per_task
+
+
+_FIELD_TYPES: dict[str, type] = {
+    f.name: {"int": int, "bool": bool, "str": str, "list[str]": list}[f.type]
+    for f in dataclasses.fields(JobSpec)
+}
+
+_RANGE_HINTS = {
+    "workers": "A job needs at least one worker to train; scale to 0 is not supported, "
+    "stop the job instead.",
+    "ps": "The parameter-server strategy needs at least one PS.",
+}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Accept the natural Python forms: one path for a list, a path-like for a string."""
+    if _FIELD_TYPES.get(name) is list:
+        if value is None:
+            return []
+        if isinstance(value, str) or hasattr(value, "__fspath__"):
+            return [str(value)]
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(v, str) or hasattr(v, "__fspath__") for v in value
+        ):
+            return [str(v) for v in value]
+        raise SpecError(
+            f"Option '{name}' takes file paths or globs, got {type(value).__name__}. "
+            "In-memory arrays are given to elasticdl_nb.train(data=(x, y))."
+        )
+    if _FIELD_TYPES.get(name) is str and value is None:
+        return ""
+    if _FIELD_TYPES.get(name) is str and hasattr(value, "__fspath__"):
+        return str(value)
+    return value
+
+
+def option_fields() -> list[dataclasses.Field]:
+    """The options that front ends (CLI, magics) expose as flags."""
+    return [f for f in dataclasses.fields(JobSpec) if f.metadata["cli"]]
