@@ -63,6 +63,11 @@ def train(
     options: any JobSpec option (workers=, ps=, epochs=, minibatch_size=, ...).
     check: run one training step here first (recommended).
     """
+    if data is None:
+        raise SpecError(
+            "No training data: pass data= (CSV or TFRecord paths or globs, or "
+            "in-memory (x, y) arrays)."
+        )
     if isinstance(model, str):
         options.setdefault("model_def", model)
     train_arrays = _is_arrays(data)

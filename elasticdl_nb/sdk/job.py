@@ -181,15 +181,11 @@ class Job:
             )
         return status
 
-    def _final_status(self, wait_seconds: float = 15.0) -> dict:
+    def _final_status(self, wait_seconds: float = 30.0) -> dict:
+        """The end state, once the master has stopped every process and exited."""
         deadline = time.monotonic() + wait_seconds
-        while time.monotonic() < deadline:
-            final = self._record.final_state
-            if final:
-                return final
-            if not self._record.master_alive():
-                break
-            time.sleep(0.1)
+        while self._record.master_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
         return self.status()
 
     def model(self):

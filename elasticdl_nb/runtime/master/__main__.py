@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
 
 from elasticdl_nb.backends.local.processes import LocalProcesses
@@ -32,8 +31,6 @@ from elasticdl_nb.runtime.protocol.channels import make_server
 from elasticdl_nb.spec import JobSpec
 
 log = logging.getLogger("elasticdl_nb.master")
-
-LINGER_SECONDS = 1.0  # lets event streams deliver the last events before the server stops
 
 
 def _free_port(host: str) -> int:
@@ -107,10 +104,9 @@ def main() -> None:
     log.info("job %s %s; stopping instances", name, master.state)
     instances.shutdown(grace_seconds=5)
     status = master.status()
-    write_json(job_dir / "state.json", status)
-    time.sleep(LINGER_SECONDS)
-    journal.close()
+    journal.close()  # event streams deliver what is left and end
     server.stop(grace=2).wait()
+    write_json(job_dir / "state.json", status)  # last: its presence means the job is over
     log.info("master exits")
 
 

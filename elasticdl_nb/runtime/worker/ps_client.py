@@ -57,6 +57,9 @@ class PsClient:
         self._variables: list[tuple[str, np.ndarray, bool]] = []
         self.dense_placement: dict[str, int] = {}
         self.table_rows: dict[str, int] = {}
+        # The newest dense values of every shard: a shard whose version did not move sends
+        # nothing, but the model is loaded whole.
+        self.dense_values: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ set-up
 
@@ -130,14 +133,14 @@ class PsClient:
             for ps, part in enumerate(split_ids(ids, self.num_ps)):
                 to_tensor(part, requests[ps].pull_ids[name])
         replies = self._call_all(requests, current_variables)
-        dense: dict[str, np.ndarray] = {}
         rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        duplicate = False
+        duplicate = changed = False
         for ps, reply in enumerate(replies):
             self.versions[ps] = reply.version
             duplicate |= reply.duplicate
             for name, tensor in reply.dense.items():
-                dense[name] = to_array(tensor)
+                self.dense_values[name] = to_array(tensor)
+                changed = True
         for name, ids in pull_ids.items():
             parts = split_ids(ids, self.num_ps)
             values = [to_array(replies[ps].rows[name]) for ps in range(self.num_ps)]
@@ -150,7 +153,7 @@ class PsClient:
                     assert shard.shape[0] == rows_on_shard(total, ps, self.num_ps)
                     table[ps :: self.num_ps] = shard
                 rows[name] = (np.arange(total, dtype=np.int64), table)
-        return (dense or None), rows, duplicate
+        return (dict(self.dense_values) if changed else None), rows, duplicate
 
     # ------------------------------------------------------------------ calls
 

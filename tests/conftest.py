@@ -1,0 +1,40 @@
+"""Shared test set-up: every test gets its own job home, and no job outlives its test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def job_processes(home: Path) -> list[str]:
+    """Command lines of the live elasticdl-nb processes of jobs under `home`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if "elasticdl_nb.runtime." in cmdline and (
+            str(home) in cmdline or f"ELASTICDL_NB_JOB_DIR={home}".encode() in environ
+        ):
+            found.append(f"{proc.name} {cmdline.strip()}")
+    return found
+
+
+@pytest.fixture
+def job_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("ELASTICDL_NB_HOME", str(home))
+    yield home
+    # Stop whatever a failing test left running, so one failure does not cascade.
+    from elasticdl_nb.backends.local import registry, submit
+
+    for record in registry.all_jobs():
+        submit.kill_job(record, grace_seconds=2)

@@ -1,0 +1,68 @@
+"""Models and data the integration tests train: small, with answers known in advance."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def digits_split(seed: int = 0):
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    order = np.random.default_rng(seed).permutation(len(x))
+    train, test = order[:1400], order[1400:]
+    return (x[train], y[train].astype(np.int32)), (x[test], y[test].astype(np.int32))
+
+
+def custom_model():
+    import keras
+
+    return keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
+    )
+
+
+def loss(labels, predictions):
+    import tensorflow as tf
+
+    return tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
+    )
+
+
+def optimizer():
+    import keras
+
+    return keras.optimizers.Adam(0.01)
+
+
+def eval_metrics_fn():
+    import keras
+
+    return {"accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+
+
+DIGITS = dict(loss=loss, optimizer=optimizer, eval_metrics_fn=eval_metrics_fn)
+
+
+def model_zoo_module(name: str):
+    """Import a file of examples/model_zoo by path (as a user's notebook would)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / "model_zoo" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    from elasticdl_nb.model.contract import install_elasticdl_compat
+
+    install_elasticdl_compat()
+    spec.loader.exec_module(module)
+    return module
+
+
+def accuracy(model, x, y) -> float:
+    return float((model.predict(x, verbose=0).argmax(1) == y).mean())
