@@ -1,15 +1,14 @@
 """Worker and PS processes of a local job, launched and watched by the master.
 
 Each instance is a child of the master (so its exit code or signal is known exactly) in
-the master's own session, and asks the kernel to kill it if the master dies
-(PR_SET_PDEATHSIG), so a job never leaves processes behind, however the master ends.
-The kernel ties that signal to the *thread* that forked, so every process is forked from
-one long-lived spawner thread, never from a short-lived one (a watcher, a timer).
+the master's own session, and asks the kernel to kill it if the master dies (see
+`elasticdl_nb.runtime.lifeline`), so a job never leaves processes behind, however the
+master ends. The kernel ties that signal to the *thread* that forked, so every process is
+forked from one long-lived spawner thread, never from a short-lived one (a watcher, a timer).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -27,13 +26,6 @@ from elasticdl_nb.backends.instance_event import (
     EventSink,
     InstanceEvent,
 )
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class LocalProcesses:
@@ -55,7 +47,6 @@ class LocalProcesses:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
                 close_fds=True,
             )
 

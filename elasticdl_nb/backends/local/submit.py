@@ -38,6 +38,9 @@ def start_master(record: JobRecord) -> dict:
     logs.mkdir(exist_ok=True)
     env = dict(os.environ)
     env[TOKEN_ENV] = record.token
+    # The master forks workers while its gRPC threads run; gRPC's fork handlers would
+    # then run in the child before exec and can abort it. Nothing forked uses gRPC.
+    env["GRPC_ENABLE_FORK_SUPPORT"] = "false"
     # The caller's working directory and path come along, so modules the user's
     # functions import by name (a helper module beside the notebook) import in the job too.
     env["PYTHONPATH"] = os.pathsep.join(

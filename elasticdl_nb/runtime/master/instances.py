@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -153,11 +154,17 @@ class InstanceManager:
             self.instances[(role, instance_id)] = Instance(role, instance_id, replaces=replaces)
         self.launcher.launch(role, instance_id)
 
-    def shutdown(self, grace_seconds: float = 5.0) -> None:
+    def shutdown(self, grace_seconds: float = 5.0, drain_seconds: float = 3.0) -> None:
+        """End every instance: workers first get `drain_seconds` to see that the job is
+        over and exit on their own (they ask for work every 0.2 s), then everything left
+        gets SIGTERM, and SIGKILL after `grace_seconds`."""
         with self._lock:
             self.shutting_down = True
             for inst in self.instances.values():
                 inst.expected_exit = True
+        deadline = time.monotonic() + drain_seconds
+        while self.live("worker") and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.launcher.shutdown(grace_seconds)
 
     # ------------------------------------------------------------------ events

@@ -87,7 +87,7 @@ class JobMaster:
         self.instances: InstanceManager | None = None  # set by the process entry point
         self.state, self.phase, self.error = RUNNING, TRAINING_PHASE, ""
         self.epoch = -1
-        self.step = 0
+        self.loss_points = 0  # training losses reported (a redone minibatch reports again)
         self.started = time.time()
         self.ended: float | None = None
         self.rounds: dict[int, EvalRound] = {}  # evaluations in progress
@@ -127,7 +127,8 @@ class JobMaster:
             if fresh:
                 self._count_progress(fresh)
             if r.losses:
-                first = self.step - len(r.losses) + 1
+                first = self.loss_points + 1
+                self.loss_points += len(r.losses)
                 self.journal.append(
                     "loss",
                     worker=r.worker_id,
@@ -139,9 +140,13 @@ class JobMaster:
             stop = self.state in TERMINAL or self.instances.is_retiring(r.worker_id)
             return pb.ProgressResponse(stop=stop)
 
+    @property
+    def step(self) -> int:
+        """Minibatches applied so far, each counted once."""
+        return self.queue.done_count
+
     def _count_progress(self, fresh: list[int]) -> None:
-        before = self.step
-        self.step += len(fresh)
+        before = self.step - len(fresh)
         every = self.spec.evaluation_steps
         if every and self.validation and before // every != self.step // every:
             self._start_eval(final=False)
@@ -362,25 +367,33 @@ class JobMaster:
         return common or {}
 
     def _reconcile(self) -> bool:
-        """Re-queue every minibatch counted done that some PS does not hold.
-        Returns False when the PS could not be asked (try again later)."""
+        """Compare what the master counts done with what every PS holds, and queue again
+        whatever is missing: for an epoch whose tasks have all ended, every minibatch must
+        be held; for the open epoch, every minibatch reported done (a PS restored from a
+        checkpoint lost the newer ones). Returns False when a PS did not answer."""
         applied = self._applied_everywhere()
         if applied is None:
             return False
         with self.lock:
             self.needs_reconcile = False
-            for (epoch, source), done in list(self.queue.done.items()):
-                missing = sorted(done - applied.get((epoch, source), set()))
-                if missing:
-                    self.queue.requeue_batches(epoch, source, missing, "not applied on every PS")
-                    self.journal.append(
-                        "requeue",
-                        reason="rolled back or not applied on every PS",
-                        epoch=epoch,
-                        source=source,
-                        batches=len(missing),
-                    )
-                    self.step -= len(missing)
+            for epoch in range(self.epoch + 1):
+                closed = not self.queue.training_pending(epoch)
+                for source in range(len(self.queue.train)):
+                    held = applied.get((epoch, source), set())
+                    if closed:
+                        missing = self.queue.settle(epoch, source, held)
+                    else:
+                        done = self.queue.done.get((epoch, source), set())
+                        missing = sorted(done - held)
+                        self.queue.requeue_batches(epoch, source, missing, "rolled back")
+                    if missing:
+                        self.journal.append(
+                            "requeue",
+                            reason="not applied on every PS",
+                            epoch=epoch,
+                            source=source,
+                            batches=len(missing),
+                        )
             return True
 
     def _final_checkpoint(self) -> None:

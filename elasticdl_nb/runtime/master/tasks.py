@@ -72,6 +72,7 @@ class TaskQueue:
         self.todo: deque[Task] = deque()
         self.doing: dict[int, Assignment] = {}  # task_id -> assignment
         self.done: dict[tuple[int, int], set[int]] = {}  # (epoch, source) -> batch starts
+        self.done_count = 0  # minibatches in `done`, all epochs: the job's step
         self._next_id = 0
 
     # ------------------------------------------------------------------ making tasks
@@ -137,7 +138,9 @@ class TaskQueue:
                         epoch=epoch,
                     )
                 )
-        self.done.setdefault((epoch, source), set()).difference_update(starts)
+        done = self.done.setdefault((epoch, source), set())
+        self.done_count -= len(done.intersection(starts))
+        done.difference_update(starts)
         self.todo.extendleft(reversed(tasks))
         return tasks
 
@@ -161,6 +164,7 @@ class TaskQueue:
         done = self.done[(task.epoch, task.source)]
         fresh = [s for s in starts if s not in done]
         done.update(fresh)
+        self.done_count += len(fresh)
         assignment.done_starts.update(starts)
         return fresh
 
@@ -192,16 +196,28 @@ class TaskQueue:
     # ------------------------------------------------------------------ progress
 
     def training_pending(self, epoch: int | None = None) -> bool:
+        """Whether training tasks (of `epoch`, or of any epoch) are queued or running."""
         tasks = list(self.todo) + [a.task for a in self.doing.values()]
-        return any(t.kind == TRAINING and (epoch is None or t.epoch <= epoch) for t in tasks)
+        return any(t.kind == TRAINING and (epoch is None or t.epoch == epoch) for t in tasks)
+
+    def settle(self, epoch: int, source: int, held: set[int]) -> list[int]:
+        """Make `done` what every PS holds, for an epoch none of whose tasks is open:
+        minibatches held but never reported count as done, and the ones not held (lost
+        in a rollback, or never applied) are queued again. Returns those."""
+        expected = set(batch_starts(0, self.train[source].num_records, self.batch))
+        done = self.done.setdefault((epoch, source), set())
+        settled = expected & held
+        self.done_count += len(settled - done)
+        done.update(settled)
+        missing = sorted(expected - held)
+        if missing:
+            self.requeue_batches(epoch, source, missing, "not on every PS")
+        return missing
 
     def pending(self, kind: int) -> bool:
         return any(t.kind == kind for t in self.todo) or any(
             a.task.kind == kind for a in self.doing.values()
         )
-
-    def expected_batches(self, epoch: int) -> dict[int, list[int]]:
-        return {i: batch_starts(0, src.num_records, self.batch) for i, src in enumerate(self.train)}
 
     def records_done(self, epoch: int) -> int:
         total = 0

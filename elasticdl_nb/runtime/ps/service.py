@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -15,6 +17,9 @@ class ParameterServerService(rpc.ParameterServerServicer):
         self.store = store
         self._on_update = on_update  # called after each applied push
         self._checkpoint_now = checkpoint_now  # () -> (version, path)
+        # Versions of a restored PS repeat numbers the workers saw before the crash; the
+        # incarnation tells them apart.
+        self.incarnation = time.time_ns()
 
     def Init(self, request: pb.InitRequest, context) -> pb.InitResponse:
         specs = [
@@ -28,7 +33,7 @@ class ParameterServerService(rpc.ParameterServerServicer):
 
     def PushPull(self, request: pb.PushPullRequest, context) -> pb.PushPullResponse:
         store = self.store
-        reply = pb.PushPullResponse()
+        reply = pb.PushPullResponse(incarnation=self.incarnation)
         if not store.initialized:
             reply.initialized = False
             return reply

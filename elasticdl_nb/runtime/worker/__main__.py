@@ -1,64 +1,13 @@
 """A worker process: `python -m elasticdl_nb.runtime.worker --id N`.
 
-Asks the master for tasks until told the job is over. For each minibatch of a training
-task: pull what the step needs from the PS, compute gradients with tf.GradientTape, push
-them; evaluation tasks update the metrics; the export task saves the whole model.
-A failure in the user's code is reported to the master (which fails the job) and ends the
-process with exit code 3; anything else exits non-zero and the master relaunches.
+The lifeline to the master is set first, before the slow imports (TensorFlow) of
+`process.py`, so a master that dies meanwhile takes this process with it.
 """
 
-from __future__ import annotations
+from elasticdl_nb.runtime.lifeline import die_with_parent
 
-import argparse
-import logging
-import signal
-import sys
-import time
+die_with_parent()
 
-from elasticdl_nb.runtime.logs import setup_logging
-from elasticdl_nb.runtime.master.instances import USER_CODE_EXIT
-from elasticdl_nb.runtime.process_env import ProcessEnv
-from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import open_channel
-from elasticdl_nb.runtime.worker.reporter import Reporter
+from elasticdl_nb.runtime.worker.process import main  # noqa: E402
 
-log = logging.getLogger("elasticdl_nb.worker")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--id", type=int, required=True)
-    worker_id = parser.parse_args().id
-    setup_logging(f"worker-{worker_id}")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    env = ProcessEnv.from_environ()
-    master = rpc.MasterStub(open_channel(env.master_addr, env.token))
-    reporter = Reporter(master, worker_id)
-
-    from elasticdl_nb.runtime.worker.trainer import Trainer, UserCodeError
-
-    try:
-        trainer = Trainer(env, worker_id, reporter)
-        _serve(master, worker_id, trainer, reporter)
-    except UserCodeError as exc:
-        log.error("user code failed: %s", exc)
-        reporter.error(str(exc), user_code=True)
-        sys.exit(USER_CODE_EXIT)
-    reporter.close()
-    log.info("worker %d done", worker_id)
-
-
-def _serve(master, worker_id: int, trainer, reporter: Reporter) -> None:
-    while not reporter.stop_requested.is_set():
-        task = master.GetTask(pb.GetTaskRequest(worker_id=worker_id), timeout=30)
-        if task.type == pb.FINISHED:
-            return
-        if task.type == pb.NONE:
-            time.sleep(task.wait_seconds or 0.2)
-            continue
-        trainer.run(task)
-
-
-if __name__ == "__main__":
-    main()
+main()

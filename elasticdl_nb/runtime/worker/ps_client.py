@@ -53,6 +53,7 @@ class PsClient:
         self.stubs = [rpc.ParameterServerStub(open_channel(a, token)) for a in addrs]
         self.num_ps = len(addrs)
         self.versions = [-1] * self.num_ps
+        self.incarnations = [0] * self.num_ps
         self.give_up_after = give_up_after
         self._variables: list[tuple[str, np.ndarray, bool]] = []
         self.dense_placement: dict[str, int] = {}
@@ -133,6 +134,20 @@ class PsClient:
             for ps, part in enumerate(split_ids(ids, self.num_ps)):
                 to_tensor(part, requests[ps].pull_ids[name])
         replies = self._call_all(requests, current_variables)
+        for ps, reply in enumerate(replies):
+            if self.incarnations[ps] not in (0, reply.incarnation) and not reply.dense:
+                # The shard restarted from a checkpoint: its version numbers mean other
+                # parameters now, so take its dense variables whatever the version says.
+                replies[ps] = self._call(
+                    ps,
+                    lambda stub, p=ps: stub.PushPull(
+                        pb.PushPullRequest(
+                            known_version=-1, batch_key=-1, pull_ids=requests[p].pull_ids
+                        ),
+                        timeout=60,
+                    ),
+                )
+            self.incarnations[ps] = replies[ps].incarnation
         rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         duplicate = changed = False
         for ps, reply in enumerate(replies):

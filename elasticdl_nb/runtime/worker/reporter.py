@@ -16,6 +16,9 @@ class Reporter:
     def __init__(self, master: rpc.MasterStub, worker_id: int, interval: float = 0.2):
         self.master, self.worker_id, self.interval = master, worker_id, interval
         self._lock = threading.Lock()
+        # One send at a time, in order: a task's `task_done` must not overtake the report
+        # of its earlier minibatches (the master would drop those as belonging to no task).
+        self._send_lock = threading.Lock()
         self._pending: dict[int, pb.ProgressReport] = {}
         self.stop_requested = threading.Event()
         self._closed = threading.Event()
@@ -57,8 +60,12 @@ class Reporter:
             log.error("could not report the error to the master: %s", exc)
 
     def flush(self) -> None:
-        with self._lock:
-            reports, self._pending = list(self._pending.values()), {}
+        with self._send_lock:
+            with self._lock:
+                reports, self._pending = list(self._pending.values()), {}
+            self._send(reports)
+
+    def _send(self, reports: list[pb.ProgressReport]) -> None:
         for report in reports:
             for attempt in range(100):
                 try:

@@ -1,0 +1,110 @@
+"""A parameter-server process: `python -m elasticdl_nb.runtime.ps --id N`.
+
+It restores the newest checkpoint of its shard if there is one, serves the
+ParameterServer service on its fixed address (the same after a relaunch, so workers
+simply reconnect), tells the master it is ready and what it restored, and checkpoints
+every `checkpoint_steps` applied updates in a background thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+
+from elasticdl_nb.model import load_bundle
+from elasticdl_nb.runtime.logs import setup_logging
+from elasticdl_nb.runtime.process_env import ProcessEnv
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.channels import make_server, open_channel
+from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
+from elasticdl_nb.runtime.ps.service import ParameterServerService
+from elasticdl_nb.runtime.ps.store import ParameterStore
+from elasticdl_nb.spec import JobSpec
+
+log = logging.getLogger("elasticdl_nb.ps")
+
+
+class Checkpointer:
+    """Saves the store every `every` versions, off the request path."""
+
+    def __init__(self, store: ParameterStore, directory: CheckpointDir, every: int):
+        self.store, self.directory, self.every = store, directory, every
+        self.saved_version = -1
+        self._wake = threading.Event()
+        self._save_lock = threading.Lock()
+        threading.Thread(target=self._loop, daemon=True, name="checkpointer").start()
+
+    def note_update(self, force: bool = False) -> None:
+        if force or self.store.version - self.saved_version >= self.every:
+            self._wake.set()
+
+    def save_now(self):
+        with self._save_lock:
+            state = self.store.snapshot()
+            if state["version"] == self.saved_version:
+                return self.saved_version, self.directory.paths()[-1]
+            path = self.directory.save(state)
+            self.saved_version = state["version"]
+            log.info("checkpoint version %d -> %s", state["version"], path.name)
+            return state["version"], path
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self.store.initialized:
+                self.save_now()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--id", type=int, required=True)
+    ps_id = parser.parse_args().id
+    setup_logging(f"ps-{ps_id}")
+    env = ProcessEnv.from_environ()
+    spec = JobSpec.from_json(env.spec_path.read_text())
+    contract = load_bundle(env.bundle_dir)
+
+    store = ParameterStore(contract.optimizer, ps_id, spec.ps, spec.record_ledger)
+    directory = CheckpointDir(env.checkpoint_dir, ps_id, spec.keep_checkpoints)
+    restored_version = -1
+    newest = directory.load_newest()
+    if newest is not None:
+        state, path = newest
+        store.restore(state)
+        restored_version = store.version
+        log.info("restored %s (version %d)", path.name, restored_version)
+    checkpointer = Checkpointer(store, directory, spec.checkpoint_steps)
+    checkpointer.saved_version = restored_version
+
+    server = make_server(env.token)
+    rpc.add_ParameterServerServicer_to_server(
+        ParameterServerService(store, checkpointer.note_update, checkpointer.save_now), server
+    )
+    address = env.ps_addrs[ps_id]
+    server.add_insecure_port(address)
+    server.start()
+    log.info("PS %d serving on %s", ps_id, address)
+
+    master = rpc.MasterStub(open_channel(env.master_addr, env.token))
+    for attempt in range(600):
+        try:
+            master.ReportPsReady(
+                pb.PsReady(ps_id=ps_id, restored_version=restored_version), timeout=5
+            )
+            break
+        except Exception as exc:  # the master may still be starting; it is there soon
+            if attempt % 20 == 0:
+                log.warning("master not reachable yet: %s", exc)
+            time.sleep(0.5)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    log.info("PS %d stopping at version %d", ps_id, store.version)
+    server.stop(grace=1).wait()

@@ -1,0 +1,127 @@
+"""Fault tolerance with real processes: SIGKILL at a random step, elastic scaling."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import elasticdl_nb as edl
+from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from tests.conftest import job_processes
+from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
+from tests.integration.models import DIGITS, accuracy, custom_model, digits_split
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 6
+STEPS_PER_EPOCH = 1400 // 32 + 1
+
+
+def _digits_job(**options):
+    (x, y), (xt, yt) = digits_split()
+    job = edl.train(
+        custom_model,
+        **DIGITS,
+        data=(x, y),
+        validation_data=(xt, yt),
+        minibatch_size=32,
+        minibatches_per_task=4,
+        record_ledger=True,
+        **options,
+    )
+    return job, (x, y), (xt, yt)
+
+
+def _ended_before_the_end(events, role: str) -> dict[int, str]:
+    """{instance id: how it ended} for instances of `role` that ended while the job ran."""
+    ended = {}
+    for event in events:
+        if event.kind == "job_state" and event.data["state"] != "running":
+            break
+        d = event.data
+        if (
+            event.kind == "instance"
+            and d["role"] == role
+            and d["kind"] in ("failed", "killed", "succeeded")
+        ):
+            ended[d["id"]] = d.get("reason") or d["kind"]
+    return ended
+
+
+def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home):
+    rng = fault_rng("worker-kill")
+    job, (x, _), (xt, yt) = _digits_job(workers=3, epochs=EPOCHS)
+    kill_at = rng.randint(10, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
+    victim = rng.randrange(3)
+    status = wait_for_step(job, kill_at)
+    os.kill(pid_of(status, "worker", victim), signal.SIGKILL)
+    print(f"killed worker {victim} at step {status['step']}")
+
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+    assert final["state"] == "succeeded"
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) >= 0.90
+    # Only the victim ended while the job ran; the others never stopped.
+    assert _ended_before_the_end(events, "worker") == {victim: "killed by SIGKILL"}
+    relaunches = [e.data for e in events if e.kind == "relaunch"]
+    assert [(r["role"], r["replaces"]) for r in relaunches] == [("worker", victim)]
+    assert ledger_problems(job.dir, 1, [len(x)], EPOCHS) == []
+    assert job_processes(job_home) == []
+
+
+def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(job_home):
+    rng = fault_rng("ps-kill")
+    job, (x, _), (xt, yt) = _digits_job(workers=2, epochs=EPOCHS, checkpoint_steps=25)
+    kill_at = rng.randint(30, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
+    status = wait_for_step(job, kill_at)
+    os.kill(pid_of(status, "ps", 0), signal.SIGKILL)
+    print(f"killed the PS at step {status['step']}")
+
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+    assert final["state"] == "succeeded"
+    restored = [e.data for e in events if e.kind == "ps_restored"]
+    assert len(restored) == 1 and restored[0]["ps"] == 0
+    assert restored[0]["updates_rolled_back"] >= 0
+    print(f"PS restore: {restored[0]}")
+    # The workers kept their processes: they retried until the PS was back.
+    assert _ended_before_the_end(events, "worker") == {}
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) >= 0.90
+    assert ledger_problems(job.dir, 1, [len(x)], EPOCHS) == []
+
+
+def test_scaling_workers_1_to_3_to_1_while_training(job_home):
+    epochs = 25
+    job, (x, _), _ = _digits_job(workers=1, epochs=epochs)
+    wait_for_step(job, 20)
+    job.scale(3)
+
+    def workers_reporting():
+        workers = {e.data["worker"] for e in job.events(follow=False) if e.kind == "loss"}
+        return workers if len(workers) >= 3 else None
+
+    print("workers training:", wait_for(workers_reporting, 120, "three workers training", 0.5))
+    job.scale(1)
+    wait_for(lambda: job.status()["workers"] == 1, 60, "one active worker")
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+
+    assert final["state"] == "succeeded"
+    retired = [
+        e.data["id"] for e in events if e.kind == "instance" and e.data.get("kind") == "retiring"
+    ]
+    assert sorted(retired) == [1, 2]
+    exits = {
+        e.data["id"]: e.data
+        for e in events
+        if e.kind == "instance"
+        and e.data["role"] == "worker"
+        and e.data["kind"] in ("succeeded", "killed", "failed")
+    }
+    assert all(exits[w]["expected"] for w in retired)
+    assert [e.data for e in events if e.kind == "relaunch"] == []
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []

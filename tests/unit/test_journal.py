@@ -1,0 +1,48 @@
+"""The event journal: numbered, resumable, followable, and kept on disk."""
+
+import threading
+
+from elasticdl_nb.runtime.master.journal import Journal, read_journal_file
+
+
+def test_events_are_numbered_and_resume_from_a_sequence_number(tmp_path):
+    journal = Journal(tmp_path / "events.jsonl")
+    for i in range(5):
+        journal.append("tick", i=i)
+    assert [e.seq for e in journal.read(0, follow=False)] == [0, 1, 2, 3, 4]
+    assert [e.data["i"] for e in journal.read(3, follow=False)] == [3, 4]
+
+
+def test_an_event_may_carry_a_field_called_kind(tmp_path):
+    journal = Journal()
+    event = journal.append("instance", kind="killed", role="worker")
+    assert event.kind == "instance" and event.data["kind"] == "killed"
+
+
+def test_a_follower_sees_new_events_and_stops_when_the_journal_closes():
+    journal = Journal()
+    seen = []
+    reader = threading.Thread(target=lambda: seen.extend(e.seq for e in journal.read(0)))
+    reader.start()
+    for i in range(3):
+        journal.append("tick", i=i)
+    journal.close()
+    reader.join(timeout=5)
+    assert not reader.is_alive() and seen == [0, 1, 2]
+
+
+def test_a_cancelled_follower_returns_without_new_events():
+    journal = Journal()
+    journal.append("tick")
+    assert [e.seq for e in journal.read(0, is_cancelled=lambda: True, poll=0.01)] == [0]
+
+
+def test_the_file_replays_the_journal_and_skips_a_torn_last_line(tmp_path):
+    path = tmp_path / "events.jsonl"
+    journal = Journal(path)
+    for i in range(3):
+        journal.append("tick", i=i)
+    journal.close()
+    with open(path, "a") as f:
+        f.write('{"seq": 3, "ti')  # a master killed mid-write
+    assert [e.data["i"] for e in read_journal_file(path, from_seq=1)] == [1, 2]

@@ -1,0 +1,112 @@
+"""A PS shard's state: Keras optimizer updates, idempotent pushes, exact checkpoints."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+import keras  # noqa: E402
+
+from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir  # noqa: E402
+from elasticdl_nb.runtime.ps.store import ParameterStore, VariableSpec  # noqa: E402
+
+
+def _store(num_ps=1, ps_id=0, table_rows=10):
+    store = ParameterStore(lambda: keras.optimizers.Adagrad(0.5), ps_id, num_ps, record_ledger=True)
+    rows = len(range(ps_id, table_rows, num_ps))
+    store.init(
+        [
+            VariableSpec("w", np.ones((2, 3), np.float32)),
+            VariableSpec("emb", np.zeros((rows, 4), np.float32), True, table_rows),
+        ]
+    )
+    return store
+
+
+def test_first_init_wins():
+    store = _store()
+    assert not store.init([VariableSpec("w", np.zeros((2, 3), np.float32))])
+    np.testing.assert_array_equal(store.read_dense()["w"], np.ones((2, 3)))
+
+
+def test_updates_match_the_keras_optimizer_applied_densely():
+    store = _store()
+    grad_w = np.full((2, 3), 0.3, np.float32)
+    ids, rows = np.array([1, 7]), np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.float32)
+    assert store.push(0, 0, 0, {"w": grad_w}, {"emb": (ids, rows)}, (0, 8))
+
+    ref_w = keras.Variable(np.ones((2, 3), np.float32))
+    ref_emb = keras.Variable(np.zeros((10, 4), np.float32))
+    dense_grad = np.zeros((10, 4), np.float32)
+    dense_grad[ids] = rows
+    reference = keras.optimizers.Adagrad(0.5)
+    reference.apply_gradients([(grad_w, ref_w), (dense_grad, ref_emb)])
+    np.testing.assert_allclose(store.read_dense()["w"], ref_w.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(store.read_rows("emb", np.arange(10)), ref_emb.numpy(), rtol=1e-6)
+
+
+def test_a_minibatch_pushed_twice_is_applied_once():
+    store = _store()
+    grads = {"w": np.ones((2, 3), np.float32)}
+    assert store.push(3, 0, 640, grads, {}, (640, 704))
+    once = store.read_dense()["w"]
+    assert not store.push(3, 0, 640, grads, {}, (640, 704))
+    np.testing.assert_array_equal(store.read_dense()["w"], once)
+    assert (store.version, store.duplicates) == (1, 1)
+    assert store.push(4, 0, 640, grads, {}, (640, 704))  # the next epoch is new work
+
+
+def test_a_shard_holds_and_serves_its_rows_by_global_id():
+    store = _store(num_ps=3, ps_id=1)
+    store.push(0, 0, 0, {}, {"emb": (np.array([4, 7]), np.ones((2, 4), np.float32))}, None)
+    changed = store.read_rows("emb", np.array([1, 4, 7]))
+    assert (changed[0] == 0).all() and (changed[1:] != 0).all()
+
+
+def test_a_checkpoint_restores_the_exact_shard(tmp_path):
+    store = _store()
+    for step in range(3):
+        store.push(
+            0,
+            0,
+            step * 8,
+            {"w": np.full((2, 3), step, np.float32)},
+            {"emb": (np.array([step]), np.ones((1, 4), np.float32))},
+            (step * 8, step * 8 + 8),
+        )
+    directory = CheckpointDir(tmp_path, 0, keep=2)
+    directory.save(store.snapshot())
+    store.push(0, 0, 99, {"w": np.ones((2, 3), np.float32)}, {}, None)
+    directory.save(store.snapshot())
+    (directory.paths()[-1]).write_bytes(b"torn")  # the newest is damaged: use the one before
+
+    restored = ParameterStore(lambda: keras.optimizers.Adagrad(0.5), 0, 1, True)
+    state, path = directory.load_newest()
+    restored.restore(state)
+    assert restored.version == 3 and restored.applied[(0, 0)] == {0, 8, 16}
+    assert restored.ledger[(0, 0)] == [(0, 8), (8, 16), (16, 24)]
+    before = store.snapshot()
+    # Same future: the restored shard and a fresh replay agree on the next update.
+    grads = {"w": np.full((2, 3), 0.7, np.float32)}
+    restored.push(1, 0, 0, grads, {}, None)
+    replay = _store()
+    for step in range(3):
+        replay.push(
+            0,
+            0,
+            step * 8,
+            {"w": np.full((2, 3), step, np.float32)},
+            {"emb": (np.array([step]), np.ones((1, 4), np.float32))},
+            None,
+        )
+    replay.push(1, 0, 0, grads, {}, None)
+    np.testing.assert_allclose(restored.read_dense()["w"], replay.read_dense()["w"], rtol=1e-6)
+    assert len(before["optimizer"]) == len(restored.snapshot()["optimizer"])
+
+
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    store = _store()
+    directory = CheckpointDir(tmp_path, 0, keep=2)
+    for step in range(4):
+        store.push(0, 0, step, {"w": np.ones((2, 3), np.float32)}, {}, None)
+        directory.save(store.snapshot())
+    assert [p.name for p in directory.paths()] == ["ckpt-000000000003.npz", "ckpt-000000000004.npz"]

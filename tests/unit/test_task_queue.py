@@ -1,0 +1,66 @@
+"""Dynamic sharding: tasks aligned to minibatches, exact re-queueing of lost work."""
+
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.master.tasks import TRAINING, TaskQueue
+
+
+def _queue(records=(100, 30), batch=10, per_task=3, shuffle=False):
+    sources = [SourceInfo(f"/d/{i}.csv", "csv", n) for i, n in enumerate(records)]
+    return TaskQueue(sources, [], batch, per_task, shuffle, seed=7)
+
+
+def _ranges(tasks):
+    return [(t.source, t.start, t.end) for t in tasks]
+
+
+def test_an_epoch_covers_every_record_once_in_minibatch_aligned_tasks():
+    queue = _queue()
+    assert queue.add_epoch(0) == 4 + 1
+    assert _ranges(queue.todo) == [(0, 0, 30), (0, 30, 60), (0, 60, 90), (0, 90, 100), (1, 0, 30)]
+
+
+def test_shuffled_epochs_differ_but_are_reproducible():
+    a, b = _queue(records=(1000,), shuffle=True), _queue(records=(1000,), shuffle=True)
+    a.add_epoch(0), a.add_epoch(1), b.add_epoch(0)
+    first, second = _ranges(list(a.todo)[:34]), _ranges(list(a.todo)[34:])
+    assert first == _ranges(b.todo) and first != second
+    assert sorted(first) == sorted(second)
+
+
+def test_a_lost_worker_gives_back_exactly_its_unreported_minibatches():
+    queue = _queue()
+    queue.add_epoch(0)
+    task = queue.next_for(worker_id=7)
+    assert queue.report(task.task_id, [0, 10]) == [0, 10]
+    released = queue.release_worker(7)
+    assert [(t.task_id, left) for t, left in released] == [(task.task_id, [20])]
+    redo = queue.next_for(worker_id=8)
+    assert (redo.kind, redo.start, redo.end) == (TRAINING, 20, 30)
+    assert queue.done_count == 2
+
+
+def test_reports_of_minibatches_already_done_are_not_counted_twice():
+    queue = _queue()
+    queue.add_epoch(0)
+    task = queue.next_for(1)
+    queue.report(task.task_id, [0, 10])
+    assert queue.report(task.task_id, [10, 20]) == [20]
+    assert queue.done_count == 3
+
+
+def test_settling_an_epoch_requeues_what_no_ps_holds_and_counts_what_was_not_reported():
+    queue = _queue(records=(60,))
+    queue.add_epoch(0)
+    a, b = queue.next_for(1), queue.next_for(1)
+    queue.report(a.task_id, [0, 10, 20])
+    queue.finish(a.task_id), queue.finish(b.task_id)  # b's report was lost
+    missing = queue.settle(0, 0, held={0, 10, 30, 40, 50})
+    assert missing == [20]
+    assert queue.done[(0, 0)] == {0, 10, 30, 40, 50}
+    assert _ranges(queue.todo) == [(0, 20, 30)]
+
+
+def test_requeued_runs_are_split_into_tasks_of_at_most_the_task_size():
+    queue = _queue(records=(100,), per_task=2)
+    tasks = queue.requeue_batches(0, 0, [0, 10, 20, 50, 90], "test")
+    assert _ranges(tasks) == [(0, 0, 20), (0, 20, 30), (0, 50, 60), (0, 90, 100)]
