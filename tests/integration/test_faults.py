@@ -137,16 +137,26 @@ def test_a_worker_that_keeps_crashing_fails_the_job_once_the_budget_is_spent(job
 
         if os.environ.get("ELASTICDL_NB_JOB_DIR"):  # in a job's worker, not the local check
             os._exit(17)
-        return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-            labels, predictions, from_logits=True))
+        return tf.reduce_mean(
+            tf.keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
+        )
 
-    job = edl.train(custom_model, loss=crashing_loss, optimizer=DIGITS["optimizer"],
-                    data=(x, y), workers=1, max_worker_relaunches=2)
+    job = edl.train(
+        custom_model,
+        loss=crashing_loss,
+        optimizer=DIGITS["optimizer"],
+        data=(x, y),
+        workers=1,
+        max_worker_relaunches=2,
+    )
     with pytest.raises(edl.JobFailed, match="budget of 2 worker relaunches is used up"):
         job.wait(timeout=240)
     events = list(job.events(follow=False))
-    crashes = [e.data for e in events if e.kind == "instance" and e.data["kind"] == "failed"
-               and not e.data["expected"]]
+    crashes = [
+        e.data
+        for e in events
+        if e.kind == "instance" and e.data["kind"] == "failed" and not e.data["expected"]
+    ]
     assert [c["exit_code"] for c in crashes] == [17, 17, 17]
     assert len([e for e in events if e.kind == "relaunch"]) == 2
     assert job_processes(job_home) == []

@@ -36,6 +36,8 @@ class CheckpointDir:
             meta["variables"].append([spec.name, spec.is_table, spec.table_rows])
         for i, value in enumerate(state["optimizer"]):
             arrays[f"opt{i}"] = value
+        for i, value in enumerate(state["row_optimizer"]):
+            arrays[f"rowopt{i}"] = value
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         path = self.dir / f"ckpt-{state['version']:012d}.npz"
         buffer = io.BytesIO()
@@ -65,12 +67,15 @@ class CheckpointDir:
                     ]
                     n_opt = sum(1 for key in data.files if key.startswith("opt"))
                     optimizer = [data[f"opt{i}"] for i in range(n_opt)]
+                    n_row = sum(1 for key in data.files if key.startswith("rowopt"))
+                    row_optimizer = [data[f"rowopt{i}"] for i in range(n_row)]
             except (OSError, ValueError, KeyError):
                 continue
             state = {
                 "version": meta["version"],
                 "variables": variables,
                 "optimizer": optimizer,
+                "row_optimizer": row_optimizer,
                 "applied": {(e, s): keys for e, s, keys in meta["applied"]},
                 "ledger": {(e, s): ranges for e, s, ranges in meta["ledger"]},
             }

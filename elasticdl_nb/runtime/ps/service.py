@@ -59,13 +59,15 @@ class ParameterServerService(rpc.ParameterServerServicer):
             if applied:
                 self._on_update()
         reply.version = store.version
-        if store.version > request.known_version or request.pull_all:
-            for name, value in store.read_dense().items():
-                to_tensor(value, reply.dense[name])
-        for name, ids in request.pull_ids.items():
-            if name not in store.tables:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no table {name!r} on this PS")
-            to_tensor(store.read_rows(name, to_array(ids)), reply.rows[name])
+        wanted = {name: to_array(ids) for name, ids in request.pull_ids.items()}
+        unknown = set(wanted) - set(store.tables)
+        if unknown:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no tables {sorted(unknown)} here")
+        dense, rows = store.read(store.version > request.known_version or request.pull_all, wanted)
+        for name, value in dense.items():
+            to_tensor(value, reply.dense[name])
+        for name, value in rows.items():
+            to_tensor(value, reply.rows[name])
         if request.pull_all:
             for name, value in store.read_tables().items():
                 to_tensor(value, reply.rows[name])

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.runtime.ps.row_optimizer import RowOptimizer
+
 BatchId = tuple[int, int]  # (epoch, source)
 
 
@@ -71,21 +73,42 @@ class ParameterStore:
         self.optimizer = self._make_optimizer()
         self._dense_vars = list(self.dense.values())
         self._table_vars = list(self.tables.values())
-        self.optimizer.build(self._dense_vars + self._table_vars)
+        # Tables get the optimizer row by row when it allows (see row_optimizer.py);
+        # otherwise the main optimizer updates them whole.
+        self.rows = (
+            RowOptimizer(self._make_optimizer, self._table_vars)
+            if self._table_vars and RowOptimizer.supports(self._make_optimizer)
+            else None
+        )
+        dense_path = self._dense_vars + ([] if self.rows else self._table_vars)
+        self.optimizer.build(dense_path)
         self._apply = self._compile_apply()
+        self._read = self._compile_read()
         self.initialized = True
 
     def _compile_apply(self):
-        optimizer, dense_vars, table_vars = self.optimizer, self._dense_vars, self._table_vars
+        optimizer, dense_vars = self.optimizer, self._dense_vars
+        table_vars = [] if self.rows else self._table_vars
 
         @tf.function(reduce_retracing=True)
         def apply(dense_grads, table_local_ids, table_values):
             pairs = list(zip(dense_grads, dense_vars))
             for ids, values, var in zip(table_local_ids, table_values, table_vars):
                 pairs.append((tf.IndexedSlices(values, ids, tf.shape(var, tf.int64)), var))
-            optimizer.apply_gradients(pairs)
+            if pairs:
+                optimizer.apply_gradients(pairs)
 
         return apply
+
+    def _compile_read(self):
+        dense_vars, table_vars = self._dense_vars, self._table_vars
+
+        @tf.function(reduce_retracing=True)
+        def read(dense: bool, local_ids):
+            values = [tf.identity(v) for v in dense_vars] if dense else []
+            return values, [tf.gather(t, i) for t, i in zip(table_vars, local_ids)]
+
+        return read
 
     # ------------------------------------------------------------------ updates
 
@@ -120,7 +143,10 @@ class ParameterStore:
                 else:
                     ids.append(np.zeros((0,), np.int64))
                     values.append(np.zeros((0, var.shape[1]), var.dtype.as_numpy_dtype))
-            if dense or ids:
+            if self.rows:
+                self._apply(dense, [], [])
+                self.rows.apply(ids, values)
+            elif dense or ids:
                 self._apply(dense, ids, values)
             done.add(batch_key)
             if self.record_ledger and ledger_range is not None:
@@ -130,13 +156,23 @@ class ParameterStore:
 
     # ------------------------------------------------------------------ reads
 
-    def read_dense(self) -> dict[str, np.ndarray]:
+    def read(
+        self, dense: bool, ids: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The dense variables (if `dense`) and the rows of the given global ids, read
+        together in one compiled call."""
+        names = list(self.tables)
+        local = [ids[n] // self.num_ps if n in ids else np.zeros([0], np.int64) for n in names]
         with self.lock:
-            return {name: var.numpy() for name, var in self.dense.items()}
+            values, rows = self._read(dense, local)
+        dense_out = {n: v.numpy() for n, v in zip(self.dense, values)} if dense else {}
+        return dense_out, {n: r.numpy() for n, r in zip(names, rows) if n in ids}
+
+    def read_dense(self) -> dict[str, np.ndarray]:
+        return self.read(True, {})[0]
 
     def read_rows(self, table: str, global_ids: np.ndarray) -> np.ndarray:
-        with self.lock:
-            return tf.gather(self.tables[table], global_ids // self.num_ps).numpy()
+        return self.read(False, {table: global_ids})[1][table]
 
     def read_tables(self) -> dict[str, np.ndarray]:
         with self.lock:
@@ -154,6 +190,7 @@ class ParameterStore:
                     for n, v in {**self.dense, **self.tables}.items()
                 ],
                 "optimizer": [v.numpy() for v in self.optimizer.variables],
+                "row_optimizer": self.rows.state() if self.rows else [],
                 "applied": {k: sorted(v) for k, v in self.applied.items()},
                 "ledger": {k: list(v) for k, v in self.ledger.items()},
             }
@@ -163,6 +200,8 @@ class ParameterStore:
             self._create(state["variables"])
             for var, value in zip(self.optimizer.variables, state["optimizer"], strict=True):
                 var.assign(value)
+            if self.rows:
+                self.rows.restore(state["row_optimizer"])
             self.version = state["version"]
             self.applied = defaultdict(set, {k: set(v) for k, v in state["applied"].items()})
             self.ledger = defaultdict(

@@ -118,8 +118,22 @@ class ModelRunner:
                 out.append(tf.unique(ids)[0])
             return out
 
+        def load_into_model(dense_values, ids, rows):
+            if dense_values is not None:
+                for var, value in zip(dense_vars, dense_values):
+                    var.assign(value)
+            for var, i, r in zip(table_vars, ids, rows):
+                var.value.scatter_update(tf.IndexedSlices(r, i))
+
         @tf.function(reduce_retracing=True)
-        def train(features, labels):
+        def load(dense_values, ids, rows):
+            load_into_model(dense_values, ids, rows)
+
+        @tf.function(reduce_retracing=True)
+        def train(features, labels, dense_values, ids, rows):
+            # Loading the pulled parameters in the same call saves a round of Python
+            # dispatch per step.
+            load_into_model(dense_values, ids, rows)
             with tf.GradientTape() as tape:
                 predictions = model(features, training=True)
                 loss = loss_fn(labels, predictions)
@@ -149,18 +163,7 @@ class ModelRunner:
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
-        @tf.function(reduce_retracing=True)
-        def assign_dense(values):
-            for var, value in zip(dense_vars, values):
-                var.assign(value)
-
-        @tf.function(reduce_retracing=True)
-        def scatter_rows(ids, rows):
-            for var, i, r in zip(table_vars, ids, rows):
-                var.value.scatter_update(tf.IndexedSlices(r, i))
-
-        self._probe, self._train, self._evaluate = probe, train, evaluate
-        self._assign_dense, self._scatter_rows = assign_dense, scatter_rows
+        self._probe, self._train, self._evaluate, self._load = probe, train, evaluate, load
 
     # ------------------------------------------------------------------ parameters
 
@@ -187,29 +190,41 @@ class ModelRunner:
             out[name] = table_ids
         return out
 
+    def _load_args(
+        self,
+        dense: Mapping[str, np.ndarray] | None,
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None,
+    ):
+        dense_values = [dense[n] for n in self.dense_names] if dense else None
+        ids, values = [], []
+        for name, var in zip(self.table_names, self.table_vars):
+            if rows and name in rows:
+                ids.append(rows[name][0])
+                values.append(rows[name][1])
+            else:
+                ids.append(np.zeros([0], np.int64))
+                values.append(np.zeros([0, var.shape[1]], var.dtype))
+        return dense_values, ids, values
+
     def load(
         self,
         dense: Mapping[str, np.ndarray] | None,
-        rows: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None,
     ) -> None:
         """Put pulled parameters into the local model."""
-        if dense:
-            self._assign_dense([dense[n] for n in self.dense_names])
-        if rows:
-            empty = (np.zeros([0], np.int64), None)
-            ids, values = [], []
-            for name, var in zip(self.table_names, self.table_vars):
-                table_ids, table_rows = rows.get(name, empty)
-                ids.append(table_ids)
-                values.append(
-                    table_rows if table_rows is not None else np.zeros([0, var.shape[1]], var.dtype)
-                )
-            self._scatter_rows(ids, values)
+        self._load(*self._load_args(dense, rows))
 
     # ------------------------------------------------------------------ steps
 
-    def train_step(self, features: Any, labels: Any) -> Gradients:
-        loss, dense, ids, rows = self._train(features, labels)
+    def train_step(
+        self,
+        features: Any,
+        labels: Any,
+        dense: Mapping[str, np.ndarray] | None = None,
+        rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Gradients:
+        """Load the pulled parameters (if any), then one forward and backward pass."""
+        loss, dense, ids, rows = self._train(features, labels, *self._load_args(dense, rows))
         return Gradients(
             float(loss),
             {n: g.numpy() for n, g in zip(self.dense_names, dense)},

@@ -73,10 +73,14 @@ class Trainer:
         self.ps.set_model(self.runner.variable_values())
         self.ps.initialize()
 
-    def _pull_into_model(self, push: PushPayload | None, features) -> None:
+    def _exchange(self, push: PushPayload | None, features):
+        """Push (optionally) and pull what a step on `features` needs."""
         ids = self.runner.probe_ids(features) if features is not None else {}
         dense, rows, _ = self.ps.exchange(push, ids, self.runner.variable_values)
-        self.runner.load(dense, rows)
+        return dense, rows
+
+    def _pull_into_model(self, push: PushPayload | None, features) -> None:
+        self.runner.load(*self._exchange(push, features))
 
     # ------------------------------------------------------------------ tasks
 
@@ -87,10 +91,10 @@ class Trainer:
             if self.reporter.stop_requested.is_set():
                 break
             self._ensure_built(batch.features)
-            self._pull_into_model(pending[0] if pending else None, batch.features)
+            dense, rows = self._exchange(pending[0] if pending else None, batch.features)
             if pending:
                 self._batch_pushed(task, *pending)
-            grads = self.runner.train_step(batch.features, batch.labels)
+            grads = self.runner.train_step(batch.features, batch.labels, dense, rows)
             pending = (
                 PushPayload(
                     task.epoch,
