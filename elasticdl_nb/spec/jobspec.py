@@ -70,6 +70,12 @@ class JobSpec:
     )
     shuffle: bool = _opt(True, "Shuffle the order of tasks in every epoch.")
     seed: int = _opt(0, "Seed for task shuffling.", minimum=0)
+    overlap_communication: bool = _opt(
+        False,
+        "Send each step's gradients and the pull for the step after next while computing, "
+        "so the PS works while the worker computes: faster, but gradients use parameters "
+        "one update old (asynchronous SGD already tolerates such staleness).",
+    )
     # Fault tolerance.
     checkpoint_steps: int = _opt(
         200, "PS checkpoint every N applied updates (and every epoch).", minimum=1

@@ -50,9 +50,10 @@ def _ended_before_the_end(events, role: str) -> dict[int, str]:
     return ended
 
 
-def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home):
+@pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlapped"])
+def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, overlap):
     rng = fault_rng("worker-kill")
-    job, (x, _), (xt, yt) = _digits_job(workers=3, epochs=EPOCHS)
+    job, (x, _), (xt, yt) = _digits_job(workers=3, epochs=EPOCHS, overlap_communication=overlap)
     kill_at = rng.randint(10, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
     victim = rng.randrange(3)
     status = wait_for_step(job, kill_at)

@@ -13,7 +13,8 @@ from tests.integration.models import DIGITS, accuracy, custom_model, digits_spli
 pytestmark = pytest.mark.slow
 
 
-def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home):
+@pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlapped"])
+def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home, overlap):
     (x, y), (xt, yt) = digits_split()
     job = edl.train(
         custom_model,
@@ -25,6 +26,7 @@ def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home):
         epochs=6,
         minibatch_size=32,
         record_ledger=True,
+        overlap_communication=overlap,
     )
     status = job.wait(timeout=300)
 

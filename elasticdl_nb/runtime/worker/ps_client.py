@@ -48,6 +48,22 @@ class PushPayload:
     ledger: bool
 
 
+@dataclass
+class PendingExchange:
+    """An exchange on its way: requests sent, replies not yet read."""
+
+    client: PsClient
+    requests: list
+    futures: list
+    pull_ids: dict[str, np.ndarray]
+    pull_all: bool
+    current_variables: object
+
+    def result(self):
+        """(dense or None, rows, any_duplicate), retrying shards that were down."""
+        return self.client._finish_exchange(self)
+
+
 class PsClient:
     def __init__(self, addrs: tuple[str, ...], token: str, give_up_after: float = 600.0):
         self.stubs = [rpc.ParameterServerStub(open_channel(a, token)) for a in addrs]
@@ -105,6 +121,16 @@ class PsClient:
         pull_all: bool = False,
     ):
         """Push (optionally) and pull. Returns (dense or None, rows, any_duplicate)."""
+        return self.start_exchange(push, pull_ids, current_variables, pull_all).result()
+
+    def start_exchange(
+        self,
+        push: PushPayload | None,
+        pull_ids: dict[str, np.ndarray],
+        current_variables=None,
+        pull_all: bool = False,
+    ) -> PendingExchange:
+        """Send an exchange and return at once; `.result()` waits for its replies."""
         requests = [
             pb.PushPullRequest(
                 known_version=-1 if pull_all else self.versions[ps], batch_key=-1, pull_all=pull_all
@@ -133,7 +159,12 @@ class PsClient:
         for name, ids in pull_ids.items():
             for ps, part in enumerate(split_ids(ids, self.num_ps)):
                 to_tensor(part, requests[ps].pull_ids[name])
-        replies = self._call_all(requests, current_variables)
+        futures = [stub.PushPull.future(req, timeout=60) for stub, req in zip(self.stubs, requests)]
+        return PendingExchange(self, requests, futures, pull_ids, pull_all, current_variables)
+
+    def _finish_exchange(self, pending: PendingExchange):
+        requests, pull_ids, pull_all = pending.requests, pending.pull_ids, pending.pull_all
+        replies = self._collect(requests, pending.futures, pending.current_variables)
         for ps, reply in enumerate(replies):
             if self.incarnations[ps] not in (0, reply.incarnation) and not reply.dense:
                 # The shard restarted from a checkpoint: its version numbers mean other
@@ -172,8 +203,7 @@ class PsClient:
 
     # ------------------------------------------------------------------ calls
 
-    def _call_all(self, requests: list[pb.PushPullRequest], current_variables):
-        futures = [stub.PushPull.future(req, timeout=60) for stub, req in zip(self.stubs, requests)]
+    def _collect(self, requests: list[pb.PushPullRequest], futures, current_variables):
         replies = []
         for ps, future in enumerate(futures):
             try:

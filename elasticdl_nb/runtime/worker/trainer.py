@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -20,7 +21,7 @@ from elasticdl_nb.model.contract import Mode
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol.tensors import to_tensor
-from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
+from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PsUnavailable, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -73,32 +74,50 @@ class Trainer:
         self.ps.set_model(self.runner.variable_values())
         self.ps.initialize()
 
-    def _exchange(self, push: PushPayload | None, features):
-        """Push (optionally) and pull what a step on `features` needs."""
-        ids = self.runner.probe_ids(features) if features is not None else {}
-        dense, rows, _ = self.ps.exchange(push, ids, self.runner.variable_values)
-        return dense, rows
-
-    def _pull_into_model(self, push: PushPayload | None, features) -> None:
-        self.runner.load(*self._exchange(push, features))
+    def _pull_into_model(self, features) -> None:
+        """Load the parameters a step on `features` needs (evaluation)."""
+        self.runner.load(*self._start(None, self.runner.probe_ids(features)).result()[:2])
 
     # ------------------------------------------------------------------ tasks
 
-    def _train(self, task: pb.Task) -> None:
+    def _probed_batches(self, task: pb.Task) -> Iterator[tuple[Batch, dict]]:
+        """The task's minibatches with the embedding ids each one needs."""
         r = task.range
-        pending: tuple[PushPayload, float] | None = None
         for batch in self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING):
-            if self.reporter.stop_requested.is_set():
-                break
             self._ensure_built(batch.features)
-            dense, rows = self._exchange(pending[0] if pending else None, batch.features)
-            if pending:
-                self._batch_pushed(task, *pending)
+            yield batch, self.runner.probe_ids(batch.features)
+
+    def _train(self, task: pb.Task) -> None:
+        """Train on every minibatch of the task. Each step's push travels with the pull
+        for a later step: the next one (exact), or, with `overlap_communication`, the one
+        after, so the PS works while this worker computes (parameters one update old)."""
+        overlap = self.spec.overlap_communication
+        batches = self._probed_batches(task)
+        upcoming = next(batches, None)
+        in_flight = None  # (exchange on its way, the push it carries)
+        if overlap and upcoming is not None:
+            in_flight = (self._start(None, upcoming[1]), None)
+        last: tuple[PushPayload, float] | None = None  # computed, not yet sent
+        while upcoming is not None and not self.reporter.stop_requested.is_set():
+            batch, ids = upcoming
+            upcoming = next(batches, None)
+            if overlap:
+                handle, carried = in_flight
+                dense, rows, _ = handle.result()
+                in_flight = (
+                    self._start(last[0] if last else None, upcoming[1] if upcoming else {}),
+                    last,
+                )
+            else:
+                dense, rows, _ = self._start(last[0] if last else None, ids).result()
+                carried = last
+            if carried:
+                self._batch_pushed(task, *carried)
             grads = self.runner.train_step(batch.features, batch.labels, dense, rows)
-            pending = (
+            last = (
                 PushPayload(
                     task.epoch,
-                    r.source,
+                    task.range.source,
                     batch.start,
                     batch.end,
                     grads.dense,
@@ -107,11 +126,18 @@ class Trainer:
                 ),
                 grads.loss,
             )
-        if pending:  # the last push: what comes back keeps the local model current
-            self._pull_into_model(pending[0], None)
-            self._batch_pushed(task, *pending)
+        if in_flight is not None:
+            in_flight[0].result()
+            if in_flight[1]:
+                self._batch_pushed(task, *in_flight[1])
+        if last:  # the last push: what comes back keeps the local model current
+            self.runner.load(*self._start(last[0], {}).result()[:2])
+            self._batch_pushed(task, *last)
         if not self.reporter.stop_requested.is_set():
             self.reporter.task_done(task.task_id)
+
+    def _start(self, push: PushPayload | None, ids: dict):
+        return self.ps.start_exchange(push, ids, self.runner.variable_values)
 
     def _batch_pushed(self, task: pb.Task, push: PushPayload, loss: float) -> None:
         self.reporter.batch_done(task.task_id, push.batch_start, loss, list(self.ps.versions))
@@ -120,7 +146,7 @@ class Trainer:
         r = task.range
         for batch in self.eval_batches.batches(r.source, r.start, r.end, Mode.EVALUATION):
             self._ensure_built(batch.features)
-            self._pull_into_model(None, batch.features)
+            self._pull_into_model(batch.features)
             self.runner.eval_step(batch.features, batch.labels)
         states = []
         for name, values in self.runner.take_metric_states().items():
