@@ -5,7 +5,7 @@ every row: milliseconds per step for a 10,000-row table, most of a PS's time. In
 a second instance of the same optimizer is built on small *proxy* variables, one per
 table, `capacity` rows each. A step gathers the touched rows of the table and of its
 optimizer slots (kept here at full table size) into the proxies, lets the optimizer
-update the proxies, and scatters the rows back — all in one compiled function.
+update the proxies, and scatters the rows back, inside the PS's one compiled step.
 
 This is the optimizer's own update rule, applied lazily: rows without a gradient are left
 alone (for SGD and Adagrad that is exactly the dense result; for momentum and Adam it is
@@ -34,6 +34,7 @@ class RowOptimizer:
         self.tables = tables
         self.slots: list[list[tf.Variable]] = []  # per table, per slot kind: full size
         self.scalars: list[np.ndarray] = []  # iteration, learning rate, ... carried over
+        self.generation = 0  # bumped by every (re)build of the proxies
         self._build([64] * len(tables))
 
     @staticmethod
@@ -68,43 +69,30 @@ class RowOptimizer:
                 for slots, table in zip(proxy_slots, self.tables)
             ]
         self.optimizer, self._proxy_slots, self._scalars = optimizer, proxy_slots, scalars
-        self._apply = self._compile()
+        self.generation += 1  # the variables a compiled caller captured are gone
 
-    def _compile(self):
-        tables, proxies, slots, proxy_slots = (
-            self.tables,
-            self.proxies,
-            self.slots,
-            self._proxy_slots,
-        )
-        optimizer, capacities = self.optimizer, self.capacities
-
-        @tf.function(reduce_retracing=True)
-        def apply(ids_per_table, grads_per_table):
-            grads = []
-            for t, (ids, grad) in enumerate(zip(ids_per_table, grads_per_table)):
-                pad = [[0, capacities[t] - tf.shape(ids)[0]], [0, 0]]
-                proxies[t].assign(tf.pad(tf.gather(tables[t], ids), pad))
-                for full, proxy in zip(slots[t], proxy_slots[t]):
-                    proxy.assign(tf.pad(tf.gather(full, ids), pad))
-                grads.append(tf.pad(grad, pad))
-            optimizer.apply_gradients(zip(grads, proxies))
-            for t, ids in enumerate(ids_per_table):
-                n = tf.shape(ids)[0]
-                tables[t].scatter_update(tf.IndexedSlices(proxies[t][:n], ids))
-                for full, proxy in zip(slots[t], proxy_slots[t]):
-                    full.scatter_update(tf.IndexedSlices(proxy[:n], ids))
-
-        return apply
-
-    def apply(self, local_ids: list[np.ndarray], grads: list[np.ndarray]) -> None:
-        """Update the given local rows of each table with their (deduplicated) gradients."""
-        if any(len(ids) > c - t for t, (ids, c) in enumerate(zip(local_ids, self.capacities))):
+    def ensure_capacity(self, lengths: list[int]) -> None:
+        """Grow the proxies if a step touches more rows than they hold."""
+        if any(n > c - t for t, (n, c) in enumerate(zip(lengths, self.capacities))):
             self.scalars = [v.numpy() for v in self._scalars]
-            self._build(
-                [max(len(ids), c - t) for t, (ids, c) in enumerate(zip(local_ids, self.capacities))]
-            )
-        self._apply(local_ids, grads)
+            self._build([max(n, c - t) for t, (n, c) in enumerate(zip(lengths, self.capacities))])
+
+    def update(self, ids_per_table, grads_per_table) -> None:
+        """Graph code (call it inside a tf.function, after `ensure_capacity`): gather the
+        rows and their slots into the proxies, apply the optimizer, scatter them back."""
+        grads = []
+        for t, (ids, grad) in enumerate(zip(ids_per_table, grads_per_table)):
+            pad = [[0, self.capacities[t] - tf.shape(ids)[0]], [0, 0]]
+            self.proxies[t].assign(tf.pad(tf.gather(self.tables[t], ids), pad))
+            for full, proxy in zip(self.slots[t], self._proxy_slots[t]):
+                proxy.assign(tf.pad(tf.gather(full, ids), pad))
+            grads.append(tf.pad(grad, pad))
+        self.optimizer.apply_gradients(zip(grads, self.proxies))
+        for t, ids in enumerate(ids_per_table):
+            n = tf.shape(ids)[0]
+            self.tables[t].scatter_update(tf.IndexedSlices(self.proxies[t][:n], ids))
+            for full, proxy in zip(self.slots[t], self._proxy_slots[t]):
+                full.scatter_update(tf.IndexedSlices(proxy[:n], ids))
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -9,7 +9,7 @@ import grpc
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
-from elasticdl_nb.runtime.ps.store import ParameterStore, VariableSpec
+from elasticdl_nb.runtime.ps.store import ParameterStore, Push, VariableSpec
 
 
 class ParameterServerService(rpc.ParameterServerServicer):
@@ -38,32 +38,29 @@ class ParameterServerService(rpc.ParameterServerServicer):
             reply.initialized = False
             return reply
         reply.initialized = True
-        if request.batch_key >= 0 and (
-            request.dense_grads or request.table_grads or request.HasField("ledger_range")
-        ):
-            dense = {name: to_array(t) for name, t in request.dense_grads.items()}
-            tables = {
-                name: (to_array(r.ids), to_array(r.values))
-                for name, r in request.table_grads.items()
-            }
+        push = None
+        if request.batch_key >= 0:
             ledger = request.ledger_range
-            applied = store.push(
+            push = Push(
                 request.epoch,
                 request.source,
                 request.batch_key,
-                dense,
-                tables,
+                {name: to_array(t) for name, t in request.dense_grads.items()},
+                {
+                    name: (to_array(r.ids), to_array(r.values))
+                    for name, r in request.table_grads.items()
+                },
                 (ledger.start, ledger.end) if request.HasField("ledger_range") else None,
             )
-            reply.duplicate = not applied
-            if applied:
-                self._on_update()
-        reply.version = store.version
         wanted = {name: to_array(ids) for name, ids in request.pull_ids.items()}
         unknown = set(wanted) - set(store.tables)
         if unknown:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no tables {sorted(unknown)} here")
-        dense, rows = store.read(store.version > request.known_version or request.pull_all, wanted)
+        known = -1 if request.pull_all else request.known_version
+        applied, reply.version, dense, rows = store.exchange(push, known, wanted)
+        reply.duplicate = push is not None and not applied
+        if applied:
+            self._on_update()
         for name, value in dense.items():
             to_tensor(value, reply.dense[name])
         for name, value in rows.items():

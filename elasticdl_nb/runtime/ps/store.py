@@ -30,6 +30,18 @@ class VariableSpec:
     table_rows: int = 0  # rows of the whole table (tables only)
 
 
+@dataclass
+class Push:
+    """One minibatch's gradients, named by (epoch, source, batch_key = start offset)."""
+
+    epoch: int
+    source: int
+    batch_key: int
+    dense: dict[str, np.ndarray]
+    tables: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (global ids, rows)
+    ledger_range: tuple[int, int] | None = None
+
+
 class ParameterStore:
     def __init__(
         self,
@@ -82,35 +94,96 @@ class ParameterStore:
         )
         dense_path = self._dense_vars + ([] if self.rows else self._table_vars)
         self.optimizer.build(dense_path)
-        self._apply = self._compile_apply()
-        self._read = self._compile_read()
+        self._step = self._compile_step()
+        self._step_generation = self.rows.generation if self.rows else 0
         self.initialized = True
 
-    def _compile_apply(self):
-        optimizer, dense_vars = self.optimizer, self._dense_vars
-        table_vars = [] if self.rows else self._table_vars
+    def _compile_step(self):
+        """One compiled call per request: apply a minibatch's gradients (if any), then read
+        what the worker asked for. Variable reads follow the updates in program order."""
+        optimizer, dense_vars, table_vars, rows = (
+            self.optimizer,
+            self._dense_vars,
+            self._table_vars,
+            self.rows,
+        )
 
         @tf.function(reduce_retracing=True)
-        def apply(dense_grads, table_local_ids, table_values):
-            pairs = list(zip(dense_grads, dense_vars))
-            for ids, values, var in zip(table_local_ids, table_values, table_vars):
-                pairs.append((tf.IndexedSlices(values, ids, tf.shape(var, tf.int64)), var))
-            if pairs:
-                optimizer.apply_gradients(pairs)
+        def step(grads, read_dense: bool, pull_ids):
+            if grads is not None:
+                dense_grads, ids, values = grads
+                pairs = list(zip(dense_grads, dense_vars))
+                if rows:
+                    rows.update(ids, values)
+                else:
+                    pairs += [
+                        (tf.IndexedSlices(v, i, tf.shape(t, tf.int64)), t)
+                        for i, v, t in zip(ids, values, table_vars)
+                    ]
+                if pairs:
+                    optimizer.apply_gradients(pairs)
+            dense = [tf.identity(v) for v in dense_vars] if read_dense else []
+            return dense, [tf.gather(t, i) for t, i in zip(table_vars, pull_ids)]
 
-        return apply
+        return step
 
-    def _compile_read(self):
-        dense_vars, table_vars = self._dense_vars, self._table_vars
+    # ------------------------------------------------------------------ the request path
 
-        @tf.function(reduce_retracing=True)
-        def read(dense: bool, local_ids):
-            values = [tf.identity(v) for v in dense_vars] if dense else []
-            return values, [tf.gather(t, i) for t, i in zip(table_vars, local_ids)]
+    def exchange(
+        self, push: Push | None, known_version: int, pull_ids: dict[str, np.ndarray]
+    ) -> tuple[bool, int, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Apply `push` unless its minibatch was applied already, then read the rows of
+        `pull_ids` (global ids) and, if the version is then newer than `known_version`,
+        the dense variables. Returns (applied, version, dense, rows), all as of one moment."""
+        names = list(self.tables)
+        local = [
+            pull_ids[n] // self.num_ps if n in pull_ids else np.zeros([0], np.int64) for n in names
+        ]
+        with self.lock:
+            grads = None
+            if push is not None:
+                if push.batch_key in self.applied[(push.epoch, push.source)]:
+                    self.duplicates += 1
+                else:
+                    grads = self._gradient_args(push)
+            if grads is not None and self.rows:
+                self.rows.ensure_capacity([len(i) for i in grads[1]])
+                if self.rows.generation != self._step_generation:
+                    self._step = self._compile_step()
+                    self._step_generation = self.rows.generation
+            read_dense = self.version + (grads is not None) > known_version
+            values, rows = self._step(grads, read_dense, local)
+            if grads is not None:
+                self.applied[(push.epoch, push.source)].add(push.batch_key)
+                if self.record_ledger and push.ledger_range is not None:
+                    self.ledger[(push.epoch, push.source)].append(push.ledger_range)
+                self.version += 1
+            version = self.version
+        dense = {n: v.numpy() for n, v in zip(self.dense, values)}
+        return (
+            grads is not None,
+            version,
+            dense,
+            {n: r.numpy() for n, r in zip(names, rows) if n in pull_ids},
+        )
 
-        return read
-
-    # ------------------------------------------------------------------ updates
+    def _gradient_args(self, push: Push):
+        dense = [
+            push.dense[name]
+            if name in push.dense
+            else np.zeros(var.shape, var.dtype.as_numpy_dtype)
+            for name, var in self.dense.items()
+        ]
+        ids, values = [], []
+        for name, var in self.tables.items():
+            if name in push.tables:
+                global_ids, rows = push.tables[name]
+                ids.append(global_ids // self.num_ps)
+                values.append(rows)
+            else:
+                ids.append(np.zeros((0,), np.int64))
+                values.append(np.zeros((0, var.shape[1]), var.dtype.as_numpy_dtype))
+        return dense, ids, values
 
     def push(
         self,
@@ -121,52 +194,15 @@ class ParameterStore:
         table_grads: dict[str, tuple[np.ndarray, np.ndarray]],
         ledger_range: tuple[int, int] | None,
     ) -> bool:
-        """Apply one minibatch's gradients unless that minibatch was applied already.
-        Returns whether it was applied."""
-        with self.lock:
-            done = self.applied[(epoch, source)]
-            if batch_key in done:
-                self.duplicates += 1
-                return False
-            dense = [
-                dense_grads[name]
-                if name in dense_grads
-                else np.zeros(var.shape, var.dtype.as_numpy_dtype)
-                for name, var in self.dense.items()
-            ]
-            ids, values = [], []
-            for name, var in self.tables.items():
-                if name in table_grads:
-                    global_ids, rows = table_grads[name]
-                    ids.append(global_ids // self.num_ps)
-                    values.append(rows)
-                else:
-                    ids.append(np.zeros((0,), np.int64))
-                    values.append(np.zeros((0, var.shape[1]), var.dtype.as_numpy_dtype))
-            if self.rows:
-                self._apply(dense, [], [])
-                self.rows.apply(ids, values)
-            elif dense or ids:
-                self._apply(dense, ids, values)
-            done.add(batch_key)
-            if self.record_ledger and ledger_range is not None:
-                self.ledger[(epoch, source)].append(ledger_range)
-            self.version += 1
-            return True
-
-    # ------------------------------------------------------------------ reads
+        """Apply one minibatch's gradients unless already applied; returns whether applied."""
+        push = Push(epoch, source, batch_key, dense_grads, table_grads, ledger_range)
+        return self.exchange(push, 1 << 62, {})[0]
 
     def read(
         self, dense: bool, ids: dict[str, np.ndarray]
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """The dense variables (if `dense`) and the rows of the given global ids, read
-        together in one compiled call."""
-        names = list(self.tables)
-        local = [ids[n] // self.num_ps if n in ids else np.zeros([0], np.int64) for n in names]
-        with self.lock:
-            values, rows = self._read(dense, local)
-        dense_out = {n: v.numpy() for n, v in zip(self.dense, values)} if dense else {}
-        return dense_out, {n: r.numpy() for n, r in zip(names, rows) if n in ids}
+        """The dense variables (if `dense`) and the rows of the given global ids."""
+        return self.exchange(None, -1 if dense else 1 << 62, ids)[2:]
 
     def read_dense(self) -> dict[str, np.ndarray]:
         return self.read(True, {})[0]

@@ -30,6 +30,7 @@ class Gradients:
     loss: float
     dense: dict[str, np.ndarray]
     tables: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (ids, rows)
+    next_ids: dict[str, np.ndarray]  # the ids probed for a later minibatch
 
 
 def _unique_names(variables) -> list[str]:
@@ -103,8 +104,7 @@ class ModelRunner:
         metrics = list(self.metrics.values())
         tables = self._tables
 
-        @tf.function(reduce_retracing=True)
-        def probe(features):
+        def find_ids(features):
             self._probed = {}
             self._probing = True
             try:
@@ -118,6 +118,10 @@ class ModelRunner:
                 out.append(tf.unique(ids)[0])
             return out
 
+        @tf.function(reduce_retracing=True)
+        def probe(features):
+            return find_ids(features)
+
         def load_into_model(dense_values, ids, rows):
             if dense_values is not None:
                 for var, value in zip(dense_vars, dense_values):
@@ -130,9 +134,9 @@ class ModelRunner:
             load_into_model(dense_values, ids, rows)
 
         @tf.function(reduce_retracing=True)
-        def train(features, labels, dense_values, ids, rows):
-            # Loading the pulled parameters in the same call saves a round of Python
-            # dispatch per step.
+        def train(features, labels, dense_values, ids, rows, probe_features):
+            # Loading the pulled parameters and probing a later minibatch's ids in the
+            # same call saves two rounds of Python dispatch per step.
             load_into_model(dense_values, ids, rows)
             with tf.GradientTape() as tape:
                 predictions = model(features, training=True)
@@ -155,7 +159,8 @@ class ModelRunner:
                 unique, position = tf.unique(tf.cast(g.indices, tf.int64))
                 ids_out.append(unique)
                 rows_out.append(tf.math.unsorted_segment_sum(g.values, position, tf.size(unique)))
-            return loss, dense, ids_out, rows_out
+            probed = find_ids(probe_features) if probe_features is not None else []
+            return loss, dense, ids_out, rows_out, probed
 
         @tf.function(reduce_retracing=True)
         def evaluate(features, labels):
@@ -174,9 +179,12 @@ class ModelRunner:
         ] + [(n, np.asarray(v.numpy()), True) for n, v in zip(self.table_names, self.table_vars)]
 
     def probe_ids(self, features: Any) -> dict[str, np.ndarray]:
+        """The embedding rows a step on `features` looks up, per table."""
         if not self.table_vars:
             return {}
-        ids = self._probe(features)
+        return self._checked_ids(self._probe(features))
+
+    def _checked_ids(self, ids) -> dict[str, np.ndarray]:
         out = {}
         for name, table_ids in zip(self.table_names, ids):
             table_ids = table_ids.numpy()
@@ -222,13 +230,20 @@ class ModelRunner:
         labels: Any,
         dense: Mapping[str, np.ndarray] | None = None,
         rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+        probe_features: Any = None,
     ) -> Gradients:
-        """Load the pulled parameters (if any), then one forward and backward pass."""
-        loss, dense, ids, rows = self._train(features, labels, *self._load_args(dense, rows))
+        """Load the pulled parameters (if any), then one forward and backward pass; with
+        `probe_features`, also the ids a later step needs (in `Gradients.next_ids`)."""
+        if not self.table_vars:
+            probe_features = None
+        loss, dense, ids, rows, probed = self._train(
+            features, labels, *self._load_args(dense, rows), probe_features
+        )
         return Gradients(
             float(loss),
             {n: g.numpy() for n, g in zip(self.dense_names, dense)},
             {n: (i.numpy(), r.numpy()) for n, i, r in zip(self.table_names, ids, rows)},
+            self._checked_ids(probed) if probe_features is not None else {},
         )
 
     def eval_step(self, features: Any, labels: Any) -> None:

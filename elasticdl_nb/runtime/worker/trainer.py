@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections import deque
 from pathlib import Path
 
 import grpc
@@ -21,7 +21,7 @@ from elasticdl_nb.model.contract import Mode
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol.tensors import to_tensor
-from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
+from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PsUnavailable, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -80,44 +80,58 @@ class Trainer:
 
     # ------------------------------------------------------------------ tasks
 
-    def _probed_batches(self, task: pb.Task) -> Iterator[tuple[Batch, dict]]:
-        """The task's minibatches with the embedding ids each one needs."""
-        r = task.range
-        for batch in self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING):
-            self._ensure_built(batch.features)
-            yield batch, self.runner.probe_ids(batch.features)
-
     def _train(self, task: pb.Task) -> None:
-        """Train on every minibatch of the task. Each step's push travels with the pull
-        for a later step: the next one (exact), or, with `overlap_communication`, the one
-        after, so the PS works while this worker computes (parameters one update old)."""
+        """Train on every minibatch of the task.
+
+        Each step's push travels with the pull for a later step: the next one (exact), or,
+        with `overlap_communication`, the one after, sent before this step computes so the
+        PS works meanwhile (parameters are then one update old). The ids a pull needs are
+        probed `ahead` minibatches early, inside the train call of an earlier step.
+        """
         overlap = self.spec.overlap_communication
-        batches = self._probed_batches(task)
-        upcoming = next(batches, None)
+        ahead = 2 if overlap else 1
+        r = task.range
+        source = self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING)
+        window: deque[list] = deque()  # [batch, its ids or None], current batch first
+
+        def fill() -> None:
+            while len(window) <= ahead:
+                batch = next(source, None)
+                if batch is None:
+                    return
+                self._ensure_built(batch.features)
+                window.append([batch, None])
+
+        fill()
+        for entry in list(window)[:ahead]:
+            entry[1] = self.runner.probe_ids(entry[0].features)
         in_flight = None  # (exchange on its way, the push it carries)
-        if overlap and upcoming is not None:
-            in_flight = (self._start(None, upcoming[1]), None)
+        if overlap and window:
+            in_flight = (self._start(None, window[0][1]), None)
         last: tuple[PushPayload, float] | None = None  # computed, not yet sent
-        while upcoming is not None and not self.reporter.stop_requested.is_set():
-            batch, ids = upcoming
-            upcoming = next(batches, None)
+        while window and not self.reporter.stop_requested.is_set():
+            batch, ids = window.popleft()
+            fill()
+            push = last[0] if last else None
             if overlap:
                 handle, carried = in_flight
                 dense, rows, _ = handle.result()
-                in_flight = (
-                    self._start(last[0] if last else None, upcoming[1] if upcoming else {}),
-                    last,
-                )
+                in_flight = (self._start(push, window[0][1] if window else {}), last)
             else:
-                dense, rows, _ = self._start(last[0] if last else None, ids).result()
+                dense, rows, _ = self._start(push, ids).result()
                 carried = last
             if carried:
                 self._batch_pushed(task, *carried)
-            grads = self.runner.train_step(batch.features, batch.labels, dense, rows)
+            target = window[ahead - 1] if len(window) >= ahead else None
+            grads = self.runner.train_step(
+                batch.features, batch.labels, dense, rows, target[0].features if target else None
+            )
+            if target:
+                target[1] = grads.next_ids
             last = (
                 PushPayload(
                     task.epoch,
-                    task.range.source,
+                    r.source,
                     batch.start,
                     batch.end,
                     grads.dense,
