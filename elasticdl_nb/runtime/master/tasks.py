@@ -82,19 +82,17 @@ class TaskQueue:
         self._next_id += 1
         return task
 
-    def add_epoch(self, epoch: int) -> int:
-        """Queue the training tasks of one epoch; returns how many."""
-        tasks = [
-            self._new(
-                kind=TRAINING,
-                source=i,
-                start=s,
-                end=min(s + self.per_task, src.num_records),
-                epoch=epoch,
-            )
-            for i, src in enumerate(self.train)
+    def _cover(self, sources: list[SourceInfo], **fields) -> list[Task]:
+        """Tasks that cover every record of `sources` once."""
+        return [
+            self._new(source=i, start=s, end=min(s + self.per_task, src.num_records), **fields)
+            for i, src in enumerate(sources)
             for s in range(0, src.num_records, self.per_task)
         ]
+
+    def add_epoch(self, epoch: int) -> int:
+        """Queue the training tasks of one epoch; returns how many."""
+        tasks = self._cover(self.train, kind=TRAINING, epoch=epoch)
         if self.shuffle:
             random.Random(self.seed * 100003 + epoch).shuffle(tasks)
         self.todo.extend(tasks)
@@ -104,17 +102,7 @@ class TaskQueue:
 
     def add_evaluation(self, eval_round: int) -> int:
         """Queue an evaluation round at the front: the model is judged as it is now."""
-        tasks = [
-            self._new(
-                kind=EVALUATION,
-                source=i,
-                start=s,
-                end=min(s + self.per_task, src.num_records),
-                eval_round=eval_round,
-            )
-            for i, src in enumerate(self.validation)
-            for s in range(0, src.num_records, self.per_task)
-        ]
+        tasks = self._cover(self.validation, kind=EVALUATION, eval_round=eval_round)
         self.todo.extendleft(reversed(tasks))
         return len(tasks)
 
