@@ -79,9 +79,13 @@ class Job:
             }
         return {"name": self.name, "state": "starting"}
 
-    def events(self, from_seq: int = 0, follow: bool = True) -> Iterator[Event]:
-        """The journal from `from_seq`; with `follow`, until the job ends."""
+    def events(
+        self, from_seq: int = 0, follow: bool = True, timeout: float | None = None
+    ) -> Iterator[Event]:
+        """The journal from `from_seq`; with `follow`, until the job ends (or, with
+        `timeout`, TimeoutError after that many seconds)."""
         seq = from_seq
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             stub = self._master()
             if stub is None:
@@ -89,13 +93,18 @@ class Job:
                     yield event
                 return
             try:
-                stream = stub.StreamEvents(pb.EventsRequest(from_seq=seq, follow=follow))
+                left = None if deadline is None else max(0.01, deadline - time.monotonic())
+                stream = stub.StreamEvents(
+                    pb.EventsRequest(from_seq=seq, follow=follow), timeout=left
+                )
                 for message in stream:
                     event = Event(message.seq, message.time, message.kind, json.loads(message.data))
                     seq = event.seq + 1
                     yield event
                 return  # the journal closed: the job is over
             except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise TimeoutError(f"job {self.name!r}: no end within {timeout} s") from None
                 if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                     raise
                 time.sleep(0.2)  # the master is exiting or briefly unreachable: look again
@@ -165,12 +174,9 @@ class Job:
         from elasticdl_nb.sdk.progress import ProgressPrinter
 
         printer = ProgressPrinter(self.name) if progress else None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for event in self.events():
+        for event in self.events(timeout=timeout):
             if printer:
                 printer.show(event)
-            if deadline and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
             if event.kind == "job_state" and event.data["state"] in TERMINAL:
                 break
         status = self._final_status()

@@ -143,3 +143,12 @@ def test_the_cli_trains_a_model_zoo_module_and_lists_inspects_and_reads_logs(job
     missing = cli("scale", "no-such-job", "--workers", "2")
     assert missing.returncode == 2 and "No job named 'no-such-job'" in missing.stderr
     wait_for(lambda: job_processes(job_home) == [], 10, "no processes")
+
+
+def test_wait_with_a_timeout_returns_control_and_leaves_the_job_running(job_home):
+    (x, y), _ = digits_split()
+    job = edl.train(custom_model, **DIGITS, data=(x, y), workers=1, epochs=200)
+    with pytest.raises(TimeoutError, match="no end within 3 s"):
+        job.wait(timeout=3, progress=False)
+    assert job.status()["state"] == "running"
+    assert job.stop()["state"] == "stopped"

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,7 @@ class EvalRound:
     def __init__(self, step: int, tasks: int, final: bool):
         self.step, self.tasks_left, self.final = step, tasks, final
         self.states: dict[str, list[np.ndarray]] = {}
+        self.publishing = False
 
     def add(self, states: list[pb.MetricState]) -> None:
         for state in states:
@@ -100,6 +102,7 @@ class JobMaster:
         self.export_path = str(job_dir / "model.keras")
         self._records_window: deque[tuple[float, int]] = deque()
         self._wake = threading.Event()
+        self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
         self.finished = threading.Event()
 
     # ================================================================== RPC side
@@ -333,22 +336,35 @@ class JobMaster:
         self.journal.append("evaluation_started", round=round_id, step=self.step, tasks=tasks)
 
     def _finish_evaluations(self) -> None:
+        """Hand finished evaluation rounds to the evaluator thread: turning metric states
+        into values imports TensorFlow the first time (seconds), which must not hold up
+        the coordinator."""
         with self.lock:
-            complete = [(i, r) for i, r in self.rounds.items() if r.tasks_left <= 0]
-        for round_id, eval_round in complete:
-            from elasticdl_nb.model.metrics import merged_results
+            for round_id, eval_round in self.rounds.items():
+                if eval_round.tasks_left <= 0 and not eval_round.publishing:
+                    eval_round.publishing = True
+                    self._evaluator.submit(self._publish_evaluation, round_id, eval_round)
 
+    def _publish_evaluation(self, round_id: int, eval_round: EvalRound) -> None:
+        from elasticdl_nb.model.metrics import merged_results
+
+        try:
             metrics = merged_results(self._load_contract(), eval_round.states)
-            with self.lock:
-                self.last_metrics = {"step": eval_round.step, **metrics}
-                self.journal.append(
-                    "evaluation",
-                    round=round_id,
-                    step=eval_round.step,
-                    metrics=metrics,
-                    final=eval_round.final,
-                )
-                del self.rounds[round_id]
+        except Exception as exc:  # a metric that cannot be merged ends the job visibly
+            log.exception("evaluation round %d", round_id)
+            self.fail(f"evaluation metrics could not be computed: {exc!r}")
+            return
+        with self.lock:
+            self.last_metrics = {"step": eval_round.step, **metrics}
+            self.journal.append(
+                "evaluation",
+                round=round_id,
+                step=eval_round.step,
+                metrics=metrics,
+                final=eval_round.final,
+            )
+            del self.rounds[round_id]
+            self._wake.set()
 
     def _applied_everywhere(self) -> dict[tuple[int, int], set[int]] | None:
         """Minibatches applied on every PS shard, or None if a shard did not answer."""
