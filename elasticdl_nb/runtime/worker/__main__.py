@@ -8,6 +8,7 @@ from elasticdl_nb.runtime.lifeline import die_with_parent
 
 die_with_parent()
 
+from elasticdl_nb.runtime import profiling  # noqa: E402
 from elasticdl_nb.runtime.worker.process import main  # noqa: E402
 
-main()
+profiling.run(main, "worker")
