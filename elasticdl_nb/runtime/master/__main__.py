@@ -53,7 +53,8 @@ def main() -> None:
     train = [SourceInfo.from_dict(s) for s in sources["train"]]
     validation = [SourceInfo.from_dict(s) for s in sources["validation"]]
 
-    server = make_server(token)
+    # Each worker may hold a thread for up to a second while it long-polls for a task.
+    server = make_server(token, threads=64)
     port = server.add_insecure_port(f"{args.host}:0")
     address = f"{args.host}:{port}"
     ps_addrs = [f"{args.host}:{_free_port(args.host)}" for _ in range(spec.ps)]

@@ -102,20 +102,29 @@ class JobMaster:
         self.export_path = str(job_dir / "model.keras")
         self._records_window: deque[tuple[float, int]] = deque()
         self._wake = threading.Event()
+        self._work = threading.Condition(self.lock)  # notified when tasks may be there
         self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
         self.finished = threading.Event()
 
     # ================================================================== RPC side
 
-    def get_task(self, worker_id: int) -> pb.Task:
+    def get_task(self, worker_id: int, wait_seconds: float = 1.0) -> pb.Task:
+        """The next task for a worker. With none queued, wait up to `wait_seconds` for
+        one (the coordinator may be about to start an epoch) instead of letting the
+        worker sleep through it."""
+        deadline = time.monotonic() + wait_seconds
         with self.lock:
-            if self.state in TERMINAL or self.instances.is_retiring(worker_id):
-                return pb.Task(type=pb.FINISHED)
-            task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
-            if task is None:
+            while True:
+                if self.state in TERMINAL or self.instances.is_retiring(worker_id):
+                    return pb.Task(type=pb.FINISHED)
+                task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
+                if task is not None:
+                    return task.to_message()
                 self._wake.set()
-                return pb.Task(type=pb.NONE, wait_seconds=0.2)
-            return task.to_message()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return pb.Task(type=pb.NONE, wait_seconds=0.05)
+                self._work.wait(left)
 
     def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
         with self.lock:
@@ -199,6 +208,7 @@ class JobMaster:
                     batches=len(left),
                     epoch=task.epoch,
                 )
+            self._work.notify_all()
             self._wake.set()
 
     def scale(self, workers: int) -> dict:
@@ -230,6 +240,7 @@ class JobMaster:
         self.journal.append("job_state", state=state, reason=reason, **self._progress())
         self.finished.set()
         self._wake.set()
+        self._work.notify_all()
 
     # ================================================================== status
 
@@ -315,6 +326,7 @@ class JobMaster:
                     return
                 self.phase = EXPORTING
                 self.queue.add_export(self.export_path)
+                self._work.notify_all()
                 self.journal.append("phase", phase=EXPORTING)
                 return
             if self.phase == EXPORTING and self.queue.pending(EXPORT):
@@ -325,6 +337,7 @@ class JobMaster:
     def _start_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         tasks = self.queue.add_epoch(epoch)
+        self._work.notify_all()
         self.journal.append("epoch", epoch=epoch, tasks=tasks)
 
     def _start_eval(self, final: bool) -> None:
@@ -332,6 +345,7 @@ class JobMaster:
         self._round_counter += 1
         self.final_eval_started |= final
         tasks = self.queue.add_evaluation(round_id)
+        self._work.notify_all()
         self.rounds[round_id] = EvalRound(self.step, tasks, final)
         self.journal.append("evaluation_started", round=round_id, step=self.step, tasks=tasks)
 
@@ -410,6 +424,7 @@ class JobMaster:
                             source=source,
                             batches=len(missing),
                         )
+            self._work.notify_all()
             return True
 
     def _final_checkpoint(self) -> None:
