@@ -85,6 +85,7 @@ def main() -> None:
         max_ps_relaunches=spec.max_ps_relaunches,
         on_worker_lost=master.worker_lost,
         on_job_failed=master.fail,
+        lock=master.lock,
     )
     holder.append(instances)
     master.instances = instances

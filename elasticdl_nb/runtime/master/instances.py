@@ -63,6 +63,7 @@ class InstanceManager:
         max_ps_relaunches: int,
         on_worker_lost: Callable[[int], None],
         on_job_failed: Callable[[str], None],
+        lock: threading.RLock | None = None,
     ):
         self.launcher = launcher
         self.journal = journal
@@ -75,7 +76,9 @@ class InstanceManager:
         self.instances: dict[tuple[str, int], Instance] = {}
         self.counts = InstanceCounts()
         self._next_worker_id = 0
-        self._lock = threading.RLock()
+        # The master's own lock: the callbacks above take it, and the master calls in
+        # here holding it, so two locks would deadlock (seen under load in a fault test).
+        self._lock = lock or threading.RLock()
         self.shutting_down = False
 
     # ------------------------------------------------------------------ queries
