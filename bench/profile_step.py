@@ -1,0 +1,660 @@
+"""Where one training step of the CTR model goes, phase by phase, in µs per step.
+
+    .venv/bin/python bench/profile_step.py [--steps 400] [--batch 256] [--rounds 2]   (~1 min)
+
+The worker's real `Trainer` (runtime/worker/trainer.py) runs real training tasks of
+`minibatches_per_task` (8) minibatches each, in this one process, against a real
+`ParameterServerService` + `ParameterStore` (the PS's classes). Nothing is re-implemented:
+the step loop, the exchange, the PS's work are the runtime's own code, whatever its
+current shape. Passes:
+
+  A. Phases. The PsClient's stub is replaced by a loopback that does to the messages
+     what gRPC does (SerializeToString on the sender, FromString on the receiver) and
+     calls the service directly, without transport (if the PsClient sends on sender
+     threads, they run inline in this pass, so every phase is timed on one thread).
+     The runtime's methods are wrapped with timers where they exist: BatchMaker.batches,
+     ModelRunner.probe_ids / train_step / load and their tf.functions,
+     PsClient.start_exchange / exchange / result, the service's PushPull,
+     ParameterStore.push / read / exchange and its compiled calls, ... Each phase's time
+     is exclusive (time in wrapped callees is subtracted), so the phases add up to the
+     loop's total; what no wrapper covers is reported as "trainer loop: other".
+  B. The same tasks, nothing wrapped: the real per-step time without transport.
+  C. The same tasks over real gRPC on 127.0.0.1 (the runtime's make_server /
+     open_channel with the token interceptors), server and client in this one process.
+     They share one GIL here, so this is not the two-process cost, but it adds gRPC.
+  D. The floor: one tf.function doing forward + backward + Adagrad.apply_gradients on a
+     local model, in one process (what `model.fit` does per step, minus Keras' loop).
+
+Also: the PS checkpoint (ParameterStore.snapshot + CheckpointDir.save), taken every
+`checkpoint_steps` (200) updates off the request path, amortized per step.
+Writes bench/results/step_profile.md and step_profile.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from elasticdl_nb.data import resolve_sources, stage_arrays  # noqa: E402
+from elasticdl_nb.model import load_bundle, write_bundle  # noqa: E402
+from elasticdl_nb.runtime.process_env import ProcessEnv  # noqa: E402
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb  # noqa: E402
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc  # noqa: E402
+from elasticdl_nb.runtime.protocol.channels import make_server  # noqa: E402
+from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir  # noqa: E402
+from elasticdl_nb.runtime.ps.service import ParameterServerService  # noqa: E402
+from elasticdl_nb.runtime.ps.store import ParameterStore  # noqa: E402
+from elasticdl_nb.runtime.worker import ps_client as ps_client_module  # noqa: E402
+from elasticdl_nb.runtime.worker.trainer import Trainer  # noqa: E402
+from elasticdl_nb.spec import JobSpec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+TOKEN = "bench-profile-token"
+
+
+def load_ctr():
+    spec = importlib.util.spec_from_file_location("ctr", ROOT / "examples/model_zoo/ctr.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------- profiler
+
+
+class Profiler:
+    """Exclusive wall time per label: a wrapped call's time minus its wrapped callees'."""
+
+    def __init__(self):
+        self.exclusive: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.wrapped: list[str] = []
+        self._local = threading.local()
+        self.enabled = False
+
+    def _stack(self) -> list[float]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack
+
+    def timed(self, label: str, fn, *args, **kwargs):
+        if not self.enabled:
+            return fn(*args, **kwargs)
+        stack = self._stack()
+        stack.append(0.0)
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            dt = time.perf_counter() - t0
+            children = stack.pop()
+            self.exclusive[label] += dt - children
+            self.calls[label] += 1
+            if stack:
+                stack[-1] += dt
+
+    def wrap(self, obj, attr: str, label: str) -> bool:
+        """Time every call of obj.attr (set over it on the instance or class)."""
+        inner = getattr(obj, attr, None)
+        if inner is None or not callable(inner):
+            return False
+        profiler = self
+
+        def timed(*args, **kwargs):
+            return profiler.timed(label, inner, *args, **kwargs)
+
+        setattr(obj, attr, timed)
+        self.wrapped.append(
+            f"{type(obj).__name__ if not isinstance(obj, type) else obj.__name__}.{attr}"
+        )
+        return True
+
+    def wrap_generator(self, obj, attr: str, label: str) -> bool:
+        """Time each next() of the generators obj.attr(...) returns."""
+        inner = getattr(obj, attr, None)
+        if inner is None:
+            return False
+        profiler = self
+
+        def generator(*args, **kwargs):
+            it = inner(*args, **kwargs)
+            sentinel = object()
+            while True:
+                item = profiler.timed(label, next, it, sentinel)
+                if item is sentinel:
+                    return
+                yield item
+
+        setattr(obj, attr, generator)
+        self.wrapped.append(f"{type(obj).__name__}.{attr}")
+        return True
+
+
+# ---------------------------------------------------------------------------- a PS in process
+
+
+class _Ready:
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+class _Deferred:
+    """The PS's part of a loopback PushPull runs when the worker asks for the result."""
+
+    def __init__(self, method, wire: bytes):
+        self.method, self.wire = method, wire
+
+    def result(self):
+        p, service = self.method.profiler, self.method.service
+        request = p.timed(
+            "wire: request FromString (PS side)", pb.PushPullRequest.FromString, self.wire
+        )
+        reply = p.timed(
+            "PS: ParameterServerService.PushPull (its own Python)", service.PushPull, request, None
+        )
+        wire = p.timed("wire: reply SerializeToString (PS side)", reply.SerializeToString)
+        return p.timed("wire: reply FromString (worker side)", pb.PushPullResponse.FromString, wire)
+
+
+class _LoopbackPushPull:
+    def __init__(self, service, profiler: Profiler):
+        self.service, self.profiler = service, profiler
+
+    def future(self, request, timeout=None):
+        wire = self.profiler.timed(
+            "wire: request SerializeToString (worker side)", request.SerializeToString
+        )
+        return _Deferred(self, wire)
+
+    def __call__(self, request, timeout=None):
+        return self.future(request, timeout).result()
+
+
+class _LoopbackStub:
+    def __init__(self, service, profiler: Profiler):
+        self.PushPull = _LoopbackPushPull(service, profiler)
+        self._service = service
+
+    def Init(self, request, timeout=None):
+        return self._service.Init(pb.InitRequest.FromString(request.SerializeToString()), None)
+
+
+class _Inline:
+    """An executor that runs what it is given at once, on the caller's thread."""
+
+    def submit(self, fn, *args, **kwargs):
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as gRPC would
+            future.set_exception(exc)
+        return future
+
+
+class _Reporter:
+    """What the Trainer needs of its Reporter, without a master."""
+
+    def __init__(self):
+        self.stop_requested = threading.Event()
+        self.batches = 0
+
+    def batch_done(self, task_id, start, loss, ps_versions):
+        self.batches += 1
+
+    def task_done(self, task_id, metric_states=None):
+        pass
+
+
+def _noop_update(force: bool = False):
+    return None
+
+
+def make_job_dir(ctr, n_records: int, batch: int, per_task: int, root: Path) -> Path:
+    x, y, _ = ctr.make_ctr_data(n_records)
+    job = root / "job"
+    job.mkdir(parents=True)
+    data_dir = stage_arrays(x, y, str(job / "data" / "train"))
+    sources = resolve_sources([data_dir], "npy")
+    spec = JobSpec.from_options(
+        data=[data_dir],
+        minibatch_size=batch,
+        minibatches_per_task=per_task,
+        workers=1,
+        ps=1,
+        model_zoo=str(ROOT / "examples/model_zoo/ctr.py"),
+        model_def="ctr.custom_model",
+        name="profile",
+    )
+    (job / "spec.json").write_text(spec.to_json())
+    (job / "sources.json").write_text(
+        json.dumps({"train": [s.to_dict() for s in sources], "validation": []})
+    )
+    write_bundle(job / "bundle", model_zoo=spec.model_zoo, model_def=spec.model_def)
+    return job
+
+
+def make_store(job: Path) -> ParameterStore:
+    contract = load_bundle(job / "bundle")
+    return ParameterStore(contract.optimizer, 0, 1)
+
+
+def run_tasks(
+    trainer: Trainer,
+    n_records: int,
+    batch: int,
+    per_task: int,
+    first_task: int,
+    steps: int,
+    epoch: int,
+) -> int:
+    """Run training tasks of `per_task` minibatches until `steps` minibatches are done."""
+    span = batch * per_task
+    done, task_id, start = 0, first_task, 0
+    while done < steps:
+        if start + span > n_records:
+            start, epoch = 0, epoch + 1  # a new epoch: the PS must not drop them as redone
+        task = pb.Task(
+            task_id=task_id,
+            type=pb.TRAINING,
+            epoch=epoch,
+            range=pb.RecordRange(source=0, start=start, end=start + span),
+        )
+        trainer.run(task)
+        done += per_task
+        task_id += 1
+        start += span
+    return epoch + 1
+
+
+def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
+    runner, client = trainer.runner, trainer.ps
+    p.wrap_generator(trainer.train_batches, "batches", "worker: read minibatch (BatchMaker)")
+    for attr, label in [
+        ("probe_ids", "worker: ModelRunner.probe_ids (Python: range check, .numpy)"),
+        ("train_step", "worker: ModelRunner.train_step (Python: args, grads .numpy)"),
+        ("load", "worker: ModelRunner.load (Python)"),
+        ("_load_args", "worker: ModelRunner._load_args"),
+        ("_probe", "worker: probe tf.function"),
+        ("_train", "worker: train tf.function (incl. loading pulled params if fused)"),
+        ("_load", "worker: load tf.function"),
+        ("_assign_dense", "worker: assign_dense tf.function"),
+        ("_scatter_rows", "worker: scatter_rows tf.function"),
+    ]:
+        p.wrap(runner, attr, label)
+    for attr, label in [
+        ("start_exchange", "worker: PsClient.start_exchange (build request: to_tensor)"),
+        ("exchange", "worker: PsClient.exchange (Python)"),
+        ("_finish_exchange", "worker: PsClient reply decoding (to_array, concatenate)"),
+    ]:
+        p.wrap(client, attr, label)
+    pending_cls = getattr(ps_client_module, "PendingExchange", None)
+    if pending_cls is not None:
+        p.wrap(pending_cls, "result", "worker: PendingExchange.result (Python)")
+    for attr, label in [
+        ("push", "PS: ParameterStore.push (Python)"),
+        ("read", "PS: ParameterStore.read (Python, .numpy)"),
+        ("exchange", "PS: ParameterStore.exchange (Python, .numpy)"),
+        ("_apply", "PS: dense apply tf.function"),
+        ("_read", "PS: read tf.function"),
+        ("_step", "PS: step tf.function (apply + read)"),
+    ]:
+        p.wrap(store, attr, label)
+    rows = getattr(store, "rows", None)
+    if rows is not None and hasattr(rows, "apply"):
+        p.wrap(rows, "apply", "PS: RowOptimizer.apply (embedding rows)")
+    p.wrap(trainer, "_batch_pushed", "worker: report to Reporter (stub)")
+
+
+def new_trainer(job: Path, addr: str) -> Trainer:
+    env = ProcessEnv(TOKEN, job, "", (addr,))
+    return Trainer(env, 0, _Reporter())
+
+
+def profile_phases(job, n_records, batch, per_task, steps, warmup):
+    p = Profiler()
+    store = make_store(job)
+    service = ParameterServerService(store, _noop_update, lambda: (0, ""))
+    trainer = new_trainer(job, "127.0.0.1:1")  # a lazy channel, never used
+    trainer.ps.stubs = [_LoopbackStub(service, p)]
+    if hasattr(trainer.ps, "_senders"):  # sender threads: run them inline here, so that
+        trainer.ps._senders = [_Inline() for _ in trainer.ps._senders]  # times stay exclusive
+    epoch = run_tasks(trainer, n_records, batch, per_task, 0, warmup, 0)  # builds, warms
+    # wrap after the build: the PS's compiled calls exist once it is initialized
+    instrument(p, trainer, service, store)
+    p.enabled = True
+    t0 = time.perf_counter()
+    run_tasks(trainer, n_records, batch, per_task, 10_000, steps, epoch)
+    total = time.perf_counter() - t0
+    p.enabled = False
+    return p, total, store
+
+
+def profile_plain(job, n_records, batch, per_task, steps, warmup, grpc_server: bool):
+    store = make_store(job)
+    service = ParameterServerService(store, _noop_update, lambda: (0, ""))
+    server = None
+    if grpc_server:
+        server = make_server(TOKEN)
+        rpc.add_ParameterServerServicer_to_server(service, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        trainer = new_trainer(job, f"127.0.0.1:{port}")
+    else:
+        trainer = new_trainer(job, "127.0.0.1:1")
+        trainer.ps.stubs = [_LoopbackStub(service, Profiler())]
+    epoch = run_tasks(trainer, n_records, batch, per_task, 0, warmup, 0)
+    t0 = time.perf_counter()
+    run_tasks(trainer, n_records, batch, per_task, 10_000, steps, epoch)
+    total = time.perf_counter() - t0
+    if server is not None:
+        server.stop(grace=None)
+    return total / steps * 1e6
+
+
+def profile_floor(ctr, batch: int, steps: int, warmup: int) -> float:
+    x, y, _ = ctr.make_ctr_data(batch * 100, seed=7)
+    model, optimizer, loss_fn = ctr.custom_model(), ctr.optimizer(), ctr.loss
+
+    @tf.function(reduce_retracing=True)
+    def step(features, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(features, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    t0 = None
+    for i in range(steps + warmup):
+        if i == warmup:
+            t0 = time.perf_counter()
+        k = i % 100
+        float(step(x[k * batch : (k + 1) * batch], y[k * batch : (k + 1) * batch]))
+    return (time.perf_counter() - t0) / steps * 1e6
+
+
+_ECHO_SERVER = r"""
+import sys, threading
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.channels import make_server
+reply = pb.PushPullResponse.FromString(open(sys.argv[2], "rb").read())
+class Echo(rpc.ParameterServerServicer):
+    def PushPull(self, request, context):
+        return reply
+server = make_server(sys.argv[1])
+rpc.add_ParameterServerServicer_to_server(Echo(), server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+sys.stdin.read()  # until the parent closes stdin
+server.stop(grace=None)
+"""
+
+
+def profile_grpc_round_trip(
+    request: pb.PushPullRequest, reply: pb.PushPullResponse, workdir: Path, calls: int = 400
+) -> float:
+    """E. µs per PushPull round trip to another process whose handler does nothing but
+    return a step-sized reply: the transport and (de)serialization cost alone."""
+    import sys
+
+    from elasticdl_nb.runtime.protocol.channels import open_channel
+
+    reply_path = workdir / "reply.bin"
+    reply_path.write_bytes(reply.SerializeToString())
+    child = subprocess.Popen(
+        [sys.executable, "-c", _ECHO_SERVER, TOKEN, str(reply_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(child.stdout.readline())
+        stub = rpc.ParameterServerStub(open_channel(f"127.0.0.1:{port}", TOKEN))
+        for _ in range(30):
+            stub.PushPull.future(request, timeout=30).result()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            stub.PushPull.future(request, timeout=30).result()
+        as_future = (time.perf_counter() - t0) / calls * 1e6
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            stub.PushPull(request, timeout=30)
+        blocking = (time.perf_counter() - t0) / calls * 1e6
+        return as_future, blocking
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+class _Capture:
+    """A stub that keeps the requests a PsClient sends and answers with real replies."""
+
+    def __init__(self, service):
+        self.service, self.requests, self.replies = service, [], []
+        self.PushPull = self
+
+    def future(self, request, timeout=None):
+        reply = self.service.PushPull(request, None)
+        self.requests.append(request)
+        self.replies.append(reply)
+        return _Ready(reply)
+
+    def __call__(self, request, timeout=None):
+        return self.future(request).result()
+
+    def Init(self, request, timeout=None):
+        return self.service.Init(request, None)
+
+
+def step_messages(job, n_records, batch, per_task):
+    """A typical steady-state request and reply (the largest of a task's exchanges)."""
+    store = make_store(job)
+    service = ParameterServerService(store, _noop_update, lambda: (0, ""))
+    trainer = new_trainer(job, "127.0.0.1:1")
+    capture = _Capture(service)
+    trainer.ps.stubs = [capture]
+    run_tasks(trainer, n_records, batch, per_task, 0, per_task * 2, 0)
+    index = max(range(len(capture.requests)), key=lambda i: capture.requests[i].ByteSize())
+    return capture.requests[index], capture.replies[index]
+
+
+def profile_checkpoint(store: ParameterStore, workdir: Path, repeats: int = 5) -> float:
+    directory = CheckpointDir(workdir / "ckpt", 0, 3)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        directory.save(store.snapshot())
+        times.append(time.perf_counter() - t0)
+        store.version += 1  # a new file name each time
+    return statistics.median(times) * 1e6
+
+
+def _runs(values: list[float]) -> str:
+    return "(" + ", ".join(f"{v:,.0f}" for v in values) + ")"
+
+
+def _git() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "elasticdl_nb"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.split("\n")
+        dirty = [line[3:] for line in dirty if line.strip()]
+        return head + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
+    except OSError:
+        return "?"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--per-task", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    steps, warmup, batch, per_task = args.steps, args.warmup, args.batch, args.per_task
+    steps -= steps % per_task
+    warmup += -warmup % per_task
+    n_records = batch * per_task * 25
+
+    ctr = load_ctr()
+    workdir = Path(tempfile.mkdtemp(prefix="edl-profile-"))
+    job = make_job_dir(ctr, n_records, batch, per_task, workdir)
+    print(
+        f"CTR model, batch {batch}, tasks of {per_task} minibatches, {steps} timed steps "
+        f"after {warmup} warm-up steps",
+        flush=True,
+    )
+
+    # The machine is noisy: the passes alternate for --rounds rounds; the phases are
+    # pooled over the rounds' A passes, the whole-step figures are medians.
+    runs_a, runs_b, runs_c, runs_d = [], [], [], []
+    pooled = Profiler()
+    total_a = 0.0
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", flush=True)
+        profiler, seconds, store = profile_phases(job, n_records, batch, per_task, steps, warmup)
+        total_a += seconds
+        runs_a.append(seconds / steps * 1e6)
+        for name, secs in profiler.exclusive.items():
+            pooled.exclusive[name] += secs
+            pooled.calls[name] += profiler.calls[name]
+        pooled.wrapped = profiler.wrapped
+        runs_b.append(profile_plain(job, n_records, batch, per_task, steps, warmup, False))
+        runs_c.append(profile_plain(job, n_records, batch, per_task, steps, warmup, True))
+        runs_d.append(profile_floor(ctr, batch, steps, warmup))
+    profiler = pooled
+    steps_a = steps
+    steps *= args.rounds  # the pooled phases cover every round's steps
+    loop_b, loop_c, floor = (statistics.median(x) for x in (runs_b, runs_c, runs_d))
+    ckpt = profile_checkpoint(store, workdir)
+    request, reply = step_messages(job, n_records, batch, per_task)
+    round_trip, round_trip_blocking = profile_grpc_round_trip(request, reply, workdir)
+
+    total_us = total_a / steps * 1e6
+    steps_text = f"{steps_a} steps × {args.rounds} rounds"
+    phases = sorted(profiler.exclusive.items(), key=lambda kv: -kv[1])
+    covered = sum(profiler.exclusive.values())
+    rows = [(name, secs / steps * 1e6, profiler.calls[name] / steps) for name, secs in phases]
+    rows.append(("trainer loop: other (unwrapped Python)", (total_a - covered) / steps * 1e6, 0))
+    by_side = defaultdict(float)
+    for name, us, _ in rows:
+        by_side[name.split(":")[0]] += us
+
+    lines = [
+        "# One CTR training step, phase by phase",
+        "",
+        f"Command: `.venv/bin/python bench/profile_step.py --steps {args.steps} "
+        f"--batch {batch} --rounds {args.rounds}`  ",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; code: git {_git()}; TensorFlow "
+        f"{tf.__version__}; {os.cpu_count()} cores; load average "
+        f"{[round(v, 2) for v in os.getloadavg()]}",
+        "",
+        "Model: examples/model_zoo/ctr.py (4 × Embedding(10000, 16) → 64 → 32 → 1, Adagrad), "
+        f"batch {batch}, tasks of {per_task} minibatches, 1 PS. The worker's real `Trainer` "
+        "runs real tasks against the real `ParameterServerService`/`ParameterStore` in one "
+        "process (see the script's docstring).",
+        "",
+        f"## A. Phases, exclusive time (µs per step; {steps_text}, pooled)",
+        "",
+        "| phase | µs / step | calls / step | share |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, us, calls in rows:
+        calls_text = f"{calls:.2f}" if calls else ""
+        lines.append(f"| {name} | {us:,.0f} | {calls_text} | {us / total_us:.0%} |")
+    lines.append(f"| **total (loop wall time)** | **{total_us:,.0f}** | | 100% |")
+    lines += [
+        "",
+        "By side: " + ", ".join(f"{k} {v:,.0f} µs" for k, v in sorted(by_side.items())),
+        "",
+        "## Whole steps (µs per step, and the samples/s that implies)",
+        "",
+        "| loop | µs / step | samples/s |",
+        "|---|---:|---:|",
+        f"| A. instrumented (timers on); runs {_runs(runs_a)} | {total_us:,.0f} "
+        f"| {batch / total_us * 1e6:,.0f} |",
+        f"| B. real Trainer → loopback → real PS service, no transport, no timers; runs "
+        f"{_runs(runs_b)} "
+        f"| {loop_b:,.0f} | {batch / loop_b * 1e6:,.0f} |",
+        f"| C. real Trainer → real gRPC on 127.0.0.1 → real PS service, one process; runs "
+        f"{_runs(runs_c)} "
+        f"| {loop_c:,.0f} | {batch / loop_c * 1e6:,.0f} |",
+        f"| D. floor: one tf.function forward+backward+Adagrad apply, one process; runs "
+        f"{_runs(runs_d)} "
+        f"| {floor:,.0f} | {batch / floor * 1e6:,.0f} |",
+        f"| E. one gRPC PushPull round trip to another process whose handler only returns "
+        f"a step-sized reply (request {request.ByteSize():,} B, reply {reply.ByteSize():,} B): "
+        f"`stub.PushPull.future(...).result()` | {round_trip:,.0f} | |",
+        f"| E'. the same as a blocking `stub.PushPull(...)` call | {round_trip_blocking:,.0f} | |",
+        "",
+        f"PS checkpoint (snapshot + np.savez + fsync), every 200 updates by default: "
+        f"{ckpt:,.0f} µs each = {ckpt / 200:,.0f} µs per step amortized (off the request "
+        "path; snapshot() holds the store lock while it copies).",
+        "",
+        "Wrapped: " + ", ".join(sorted(set(profiler.wrapped))) + ".",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "step_profile.md").write_text(text)
+    (RESULTS / "step_profile.json").write_text(
+        json.dumps(
+            {
+                "batch": batch,
+                "per_task": per_task,
+                "steps": steps,
+                "code": _git(),
+                "phases_us_per_step": {name: round(us, 1) for name, us, _ in rows},
+                "calls_per_step": {name: calls for name, _, calls in rows},
+                "instrumented_loop_us": total_us,
+                "rounds": args.rounds,
+                "instrumented_runs_us": runs_a,
+                "loopback_runs_us": runs_b,
+                "grpc_same_process_runs_us": runs_c,
+                "floor_runs_us": runs_d,
+                "loopback_loop_us": loop_b,
+                "grpc_same_process_loop_us": loop_c,
+                "single_process_floor_us": floor,
+                "checkpoint_us": ckpt,
+                "grpc_round_trip_other_process_us": round_trip,
+                "grpc_round_trip_other_process_blocking_us": round_trip_blocking,
+                "request_bytes": request.ByteSize(),
+                "reply_bytes": reply.ByteSize(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
