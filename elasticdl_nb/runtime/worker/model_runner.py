@@ -95,6 +95,7 @@ class ModelRunner:
         self.table_names = names[len(dense_vars) :]
         self.table_rows = {n: int(v.shape[0]) for n, v in zip(self.table_names, table_vars)}
         self.metrics = make_eval_metrics(self.contract)
+        self._last_dense = [np.asarray(v.numpy()) for v in dense_vars]
         self._compile()
         self.built = True
 
@@ -133,7 +134,6 @@ class ModelRunner:
         def load(dense_values, ids, rows):
             load_into_model(dense_values, ids, rows)
 
-        @tf.function(reduce_retracing=True)
         def train(features, labels, dense_values, ids, rows, probe_features):
             # Loading the pulled parameters and probing a later minibatch's ids in the
             # same call saves two rounds of Python dispatch per step.
@@ -159,8 +159,7 @@ class ModelRunner:
                 unique, position = tf.unique(tf.cast(g.indices, tf.int64))
                 ids_out.append(unique)
                 rows_out.append(tf.math.unsorted_segment_sum(g.values, position, tf.size(unique)))
-            probed = find_ids(probe_features) if probe_features is not None else []
-            return loss, dense, ids_out, rows_out, probed
+            return loss, dense, ids_out, rows_out, find_ids(probe_features)
 
         @tf.function(reduce_retracing=True)
         def evaluate(features, labels):
@@ -168,7 +167,8 @@ class ModelRunner:
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
-        self._probe, self._train, self._evaluate, self._load = probe, train, evaluate, load
+        self._probe, self._evaluate, self._load = probe, evaluate, load
+        self._train_fn, self._train = train, None  # compiled at the first step (see there)
 
     # ------------------------------------------------------------------ parameters
 
@@ -220,9 +220,34 @@ class ModelRunner:
         rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None,
     ) -> None:
         """Put pulled parameters into the local model."""
-        self._load(*self._load_args(dense, rows))
+        dense_values, ids, values = self._load_args(dense, rows)
+        if dense_values is not None:
+            self._last_dense = dense_values  # what the model holds now
+        self._load(dense_values, ids, values)
 
     # ------------------------------------------------------------------ steps
+
+    def _compile_train(self, features: Any, labels: Any) -> None:
+        """Compile the train step for the shapes of this job's minibatches.
+
+        One input signature, with only the batch dimension left open, means one trace
+        for the whole job; without it TensorFlow retraced 5-6 times in a worker's first
+        steps (about a second each time a worker starts)."""
+
+        def batch_spec(x):
+            x = tf.convert_to_tensor(x)
+            return tf.TensorSpec([None, *x.shape[1:]], x.dtype)
+
+        feature_spec = tf.nest.map_structure(batch_spec, features)
+        signature = [
+            feature_spec,
+            tf.nest.map_structure(batch_spec, labels),
+            [tf.TensorSpec(v.shape, v.dtype) for v in self.dense_vars],
+            [tf.TensorSpec([None], tf.int64) for _ in self.table_vars],
+            [tf.TensorSpec([None, v.shape[1]], v.dtype) for v in self.table_vars],
+            feature_spec,
+        ]
+        self._train = tf.function(self._train_fn, input_signature=signature)
 
     def train_step(
         self,
@@ -234,16 +259,23 @@ class ModelRunner:
     ) -> Gradients:
         """Load the pulled parameters (if any), then one forward and backward pass; with
         `probe_features`, also the ids a later step needs (in `Gradients.next_ids`)."""
-        if not self.table_vars:
-            probe_features = None
-        loss, dense, ids, rows, probed = self._train(
-            features, labels, *self._load_args(dense, rows), probe_features
+        if self._train is None:
+            self._compile_train(features, labels)
+        dense_values, ids, values = self._load_args(dense, rows)
+        if dense_values is None:  # nothing new: the same values again keep one signature
+            dense_values = self._last_dense
+        self._last_dense = dense_values
+        wants_ids = probe_features is not None and bool(self.table_vars)
+        if not wants_ids:  # an empty minibatch probes nothing
+            probe_features = tf.nest.map_structure(lambda x: np.asarray(x)[:0], features)
+        loss, dense_grads, grad_ids, grad_rows, probed = self._train(
+            features, labels, dense_values, ids, values, probe_features
         )
         return Gradients(
             float(loss),
-            {n: g.numpy() for n, g in zip(self.dense_names, dense)},
-            {n: (i.numpy(), r.numpy()) for n, i, r in zip(self.table_names, ids, rows)},
-            self._checked_ids(probed) if probe_features is not None else {},
+            {n: g.numpy() for n, g in zip(self.dense_names, dense_grads)},
+            {n: (i.numpy(), r.numpy()) for n, i, r in zip(self.table_names, grad_ids, grad_rows)},
+            self._checked_ids(probed) if wants_ids else {},
         )
 
     def eval_step(self, features: Any, labels: Any) -> None:
