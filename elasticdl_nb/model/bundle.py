@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import linecache
 import platform
 import shutil
 import sys
@@ -66,6 +67,7 @@ def write_bundle(
                 "model-zoo file and pass model_zoo=/model_def=."
             ) from exc
         (dest / "functions.pkl").write_bytes(payload)
+        (dest / "sources.json").write_text(json.dumps(_sources(functions)))
         manifest.update(kind="functions", model_def="custom_model")
     else:
         zoo = Path(model_zoo).expanduser().resolve()
@@ -105,6 +107,35 @@ def write_bundle(
     return manifest
 
 
+def _sources(functions: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Where each function was defined, and the text of those files (or notebook cells).
+
+    Functions travel by value without their source (cloudpickle even renames their file
+    to '<dynamic-code>'), and TensorFlow's AutoGraph reads a function's source to
+    convert its Python control flow: with this, the contract functions convert in the
+    job exactly as they do in the notebook."""
+    files: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for name, fn in functions.items():
+        code = getattr(fn, "__code__", None)
+        lines = linecache.getlines(code.co_filename) if code else []
+        if lines:
+            where[name] = code.co_filename
+            files[code.co_filename] = "".join(lines)
+    return {"files": files, "functions": where}
+
+
+def _restore_sources(namespace: dict[str, Any], sources: dict[str, dict[str, str]]) -> None:
+    for filename, text in sources["files"].items():
+        if not linecache.getlines(filename):
+            # mtime None: linecache never drops the entry for a file it cannot stat.
+            linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+    for name, filename in sources["functions"].items():
+        fn = namespace.get(name)
+        if fn is not None and hasattr(fn, "__code__"):
+            fn.__code__ = fn.__code__.replace(co_filename=filename)
+
+
 def load_bundle(path: Path) -> ModelContract:
     """Load the contract from a bundle, refusing one this process cannot honour."""
     manifest = json.loads((path / "manifest.json").read_text())
@@ -127,6 +158,9 @@ def load_bundle(path: Path) -> ModelContract:
         import cloudpickle
 
         namespace = cloudpickle.loads((path / "functions.pkl").read_bytes())
+        sources = path / "sources.json"
+        if sources.exists():
+            _restore_sources(namespace, json.loads(sources.read_text()))
         return ModelContract.from_namespace(namespace, where="the functions given to train()")
     install_elasticdl_compat()
     source = str(path / "source")

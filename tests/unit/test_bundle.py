@@ -1,0 +1,77 @@
+"""The model bundle: what it carries, and what a job's process gets back from it."""
+
+from __future__ import annotations
+
+import linecache
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from elasticdl_nb.model import BundleError, load_bundle, write_bundle
+
+CELL = textwrap.dedent("""
+    import tensorflow as tf
+
+    def custom_model():
+        return tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+
+    def loss(labels, predictions):
+        if tf.reduce_mean(predictions) > 1e9:  # Python control flow: needs AutoGraph
+            return tf.reduce_mean(predictions) * 0.0
+        return tf.reduce_mean(tf.square(labels - predictions))
+
+    def optimizer():
+        return tf.keras.optimizers.SGD(0.1)
+""")
+
+
+def _notebook_functions():
+    """Functions as a notebook cell defines them: the source lives only in linecache."""
+    filename = "<ipython-input-7-0123456789ab>"
+    linecache.cache[filename] = (len(CELL), None, CELL.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(CELL, filename, "exec"), namespace)  # noqa: S102
+    return {k: namespace[k] for k in ("custom_model", "loss", "optimizer")}
+
+
+def test_functions_from_a_notebook_keep_their_source_so_autograph_converts_them(tmp_path):
+    write_bundle(tmp_path / "bundle", functions=_notebook_functions())
+    probe = textwrap.dedent(f"""
+        from pathlib import Path
+        import tensorflow as tf
+        from elasticdl_nb.model import load_bundle
+        contract = load_bundle(Path({str(tmp_path / "bundle")!r}))
+        print(float(tf.function(contract.loss)(tf.ones([3, 1]), tf.zeros([3, 1]))))
+    """)
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "1.0"
+
+
+def test_a_model_zoo_module_is_copied_and_its_function_named(tmp_path):
+    zoo = tmp_path / "zoo.py"
+    zoo.write_text(CELL)
+    manifest = write_bundle(tmp_path / "bundle", model_zoo=str(zoo), model_def="custom_model")
+    assert manifest["model_def"] == "zoo.custom_model"
+    assert load_bundle(tmp_path / "bundle").optimizer().__class__.__name__ == "SGD"
+
+
+def test_a_model_def_naming_a_missing_module_is_refused(tmp_path):
+    (tmp_path / "zoo").mkdir()
+    with pytest.raises(BundleError, match="no module 'mnist.py'"):
+        write_bundle(
+            tmp_path / "bundle", model_zoo=str(tmp_path / "zoo"), model_def="mnist.custom_model"
+        )
+
+
+def test_functions_serialized_by_another_python_are_refused(tmp_path):
+    import json
+
+    write_bundle(tmp_path / "bundle", functions=_notebook_functions())
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    manifest["python"] = "3.9"
+    (tmp_path / "bundle" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="python 3.9 but this process runs python 3.11"):
+        load_bundle(tmp_path / "bundle")
