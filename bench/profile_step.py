@@ -46,6 +46,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from code_state import code_state  # bench/code_state.py, beside this script
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
@@ -494,20 +496,7 @@ def _runs(values: list[float]) -> str:
 
 
 def _git() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "elasticdl_nb"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.split("\n")
-        dirty = [line[3:] for line in dirty if line.strip()]
-        return head + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
-    except OSError:
-        return "?"
+    return code_state()
 
 
 def main() -> None:

@@ -39,11 +39,12 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from code_state import code_state  # bench/code_state.py, beside this script
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quieter logs only; no effect on speed
 
@@ -250,22 +251,7 @@ def _machine() -> dict:
         mem = f"{kb / 2**20:.1f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    commit = ""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "elasticdl_nb"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.splitlines()
-        dirty = [line[3:] for line in dirty if line.strip()]
-        if dirty:
-            commit += f" + uncommitted changes in {', '.join(dirty)}"
-    except OSError:
-        pass
+    commit = code_state()
     import grpc
     import keras
     import sklearn
