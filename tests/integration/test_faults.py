@@ -19,11 +19,23 @@ EPOCHS = 6
 STEPS_PER_EPOCH = 1400 // 32 + 1
 
 
+def _paced_loss(labels, predictions):
+    """The digits loss, with each step taking at least 20 ms: a job that must still be
+    running when new workers have started (~6 s) cannot finish early on a fast machine."""
+    import time
+
+    import tensorflow as tf
+
+    pause = tf.py_function(lambda: (time.sleep(0.02), 0.0)[1], [], tf.float32)
+    return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
+
+
 def _digits_job(**options):
     (x, y), (xt, yt) = digits_split()
+    functions = {**DIGITS, "loss": options.pop("loss", DIGITS["loss"])}
     job = edl.train(
         custom_model,
-        **DIGITS,
+        **functions,
         data=(x, y),
         validation_data=(xt, yt),
         minibatch_size=32,
@@ -97,7 +109,7 @@ def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(jo
 
 def test_scaling_workers_1_to_3_to_1_while_training(job_home):
     epochs = 25
-    job, (x, _), _ = _digits_job(workers=1, epochs=epochs)
+    job, (x, _), _ = _digits_job(workers=1, epochs=epochs, loss=_paced_loss)
     wait_for_step(job, 20)
     job.scale(3)
 
