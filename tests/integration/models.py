@@ -52,6 +52,18 @@ def eval_metrics_fn():
 DIGITS = dict(loss=loss, optimizer=optimizer, eval_metrics_fn=eval_metrics_fn)
 
 
+def digits_job(**options):
+    """Start a digits job (minibatches of 32, ledger on); options override. Returns
+    (job, train arrays, test arrays)."""
+    import elasticdl_nb as edl
+
+    (x, y), (xt, yt) = digits_split()
+    functions = {**DIGITS, "loss": options.pop("loss", DIGITS["loss"])}
+    options = {"minibatch_size": 32, "minibatches_per_task": 4, "record_ledger": True, **options}
+    job = edl.train(custom_model, **functions, data=(x, y), validation_data=(xt, yt), **options)
+    return job, (x, y), (xt, yt)
+
+
 def model_zoo_module(name: str):
     """Import a file of examples/model_zoo by path (as a user's notebook would)."""
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / "model_zoo" / f"{name}.py")

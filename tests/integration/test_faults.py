@@ -11,7 +11,7 @@ import elasticdl_nb as edl
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.conftest import job_processes
 from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
-from tests.integration.models import DIGITS, accuracy, custom_model, digits_split
+from tests.integration.models import DIGITS, accuracy, custom_model, digits_job, digits_split
 
 pytestmark = pytest.mark.slow
 
@@ -28,22 +28,6 @@ def _paced_loss(labels, predictions):
 
     pause = tf.py_function(lambda: (time.sleep(0.02), 0.0)[1], [], tf.float32)
     return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
-
-
-def _digits_job(**options):
-    (x, y), (xt, yt) = digits_split()
-    functions = {**DIGITS, "loss": options.pop("loss", DIGITS["loss"])}
-    job = edl.train(
-        custom_model,
-        **functions,
-        data=(x, y),
-        validation_data=(xt, yt),
-        minibatch_size=32,
-        minibatches_per_task=4,
-        record_ledger=True,
-        **options,
-    )
-    return job, (x, y), (xt, yt)
 
 
 def _ended_before_the_end(events, role: str) -> dict[int, str]:
@@ -65,7 +49,7 @@ def _ended_before_the_end(events, role: str) -> dict[int, str]:
 @pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlapped"])
 def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, overlap):
     rng = fault_rng("worker-kill")
-    job, (x, _), (xt, yt) = _digits_job(workers=3, epochs=EPOCHS, overlap_communication=overlap)
+    job, (x, _), (xt, yt) = digits_job(workers=3, epochs=EPOCHS, overlap_communication=overlap)
     kill_at = rng.randint(10, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
     victim = rng.randrange(3)
     status = wait_for_step(job, kill_at)
@@ -87,7 +71,7 @@ def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, ove
 
 def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(job_home):
     rng = fault_rng("ps-kill")
-    job, (x, _), (xt, yt) = _digits_job(workers=2, epochs=EPOCHS, checkpoint_steps=25)
+    job, (x, _), (xt, yt) = digits_job(workers=2, epochs=EPOCHS, checkpoint_steps=25)
     kill_at = rng.randint(30, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
     status = wait_for_step(job, kill_at)
     os.kill(pid_of(status, "ps", 0), signal.SIGKILL)
@@ -109,7 +93,7 @@ def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(jo
 
 def test_scaling_workers_1_to_3_to_1_while_training(job_home):
     epochs = 25
-    job, (x, _), _ = _digits_job(workers=1, epochs=epochs, loss=_paced_loss)
+    job, (x, _), _ = digits_job(workers=1, epochs=epochs, loss=_paced_loss)
     wait_for_step(job, 20)
     job.scale(3)
 

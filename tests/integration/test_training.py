@@ -8,25 +8,15 @@ import pytest
 import elasticdl_nb as edl
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.conftest import job_processes
-from tests.integration.models import DIGITS, accuracy, custom_model, digits_split, model_zoo_module
+from tests.integration.models import accuracy, digits_job, model_zoo_module
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlapped"])
 def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home, overlap):
-    (x, y), (xt, yt) = digits_split()
-    job = edl.train(
-        custom_model,
-        **DIGITS,
-        data=(x, y),
-        validation_data=(xt, yt),
-        workers=2,
-        ps=1,
-        epochs=6,
-        minibatch_size=32,
-        record_ledger=True,
-        overlap_communication=overlap,
+    job, (x, _), (xt, yt) = digits_job(
+        workers=2, ps=1, epochs=6, minibatches_per_task=8, overlap_communication=overlap
     )
     status = job.wait(timeout=300)
 

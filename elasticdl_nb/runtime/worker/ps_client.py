@@ -61,7 +61,7 @@ class PendingExchange:
     current_variables: object
 
     def result(self):
-        """(dense or None, rows, any_duplicate), retrying shards that were down."""
+        """(dense or None, rows), retrying shards that were down."""
         return self.client._finish_exchange(self)
 
 
@@ -124,7 +124,7 @@ class PsClient:
         current_variables=None,
         pull_all: bool = False,
     ):
-        """Push (optionally) and pull. Returns (dense or None, rows, any_duplicate)."""
+        """Push (optionally) and pull. Returns (dense or None, rows)."""
         return self.start_exchange(push, pull_ids, current_variables, pull_all).result()
 
     def start_exchange(
@@ -189,10 +189,9 @@ class PsClient:
                 )
             self.incarnations[ps] = replies[ps].incarnation
         rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        duplicate = changed = False
+        changed = False
         for ps, reply in enumerate(replies):
             self.versions[ps] = reply.version
-            duplicate |= reply.duplicate
             for name, tensor in reply.dense.items():
                 self.dense_values[name] = to_array(tensor)
                 changed = True
@@ -208,7 +207,7 @@ class PsClient:
                     assert shard.shape[0] == rows_on_shard(total, ps, self.num_ps)
                     table[ps :: self.num_ps] = shard
                 rows[name] = (np.arange(total, dtype=np.int64), table)
-        return (dict(self.dense_values) if changed else None), rows, duplicate
+        return (dict(self.dense_values) if changed else None), rows
 
     # ------------------------------------------------------------------ calls
 

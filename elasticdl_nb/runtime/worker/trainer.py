@@ -76,7 +76,7 @@ class Trainer:
 
     def _pull_into_model(self, features) -> None:
         """Load the parameters a step on `features` needs (evaluation)."""
-        self.runner.load(*self._start(None, self.runner.probe_ids(features)).result()[:2])
+        self.runner.load(*self._start(None, self.runner.probe_ids(features)).result())
 
     # ------------------------------------------------------------------ tasks
 
@@ -115,10 +115,10 @@ class Trainer:
             push = last[0] if last else None
             if overlap:
                 handle, carried = in_flight
-                dense, rows, _ = handle.result()
+                dense, rows = handle.result()
                 in_flight = (self._start(push, window[0][1] if window else {}), last)
             else:
-                dense, rows, _ = self._start(push, ids).result()
+                dense, rows = self._start(push, ids).result()
                 carried = last
             if carried:
                 self._batch_pushed(task, *carried)
@@ -145,7 +145,7 @@ class Trainer:
             if in_flight[1]:
                 self._batch_pushed(task, *in_flight[1])
         if last:  # the last push: what comes back keeps the local model current
-            self.runner.load(*self._start(last[0], {}).result()[:2])
+            self.runner.load(*self._start(last[0], {}).result())
             self._batch_pushed(task, *last)
         if not self.reporter.stop_requested.is_set():
             self.reporter.task_done(task.task_id)
@@ -170,7 +170,7 @@ class Trainer:
     def _export(self, task: pb.Task) -> None:
         if not self.runner.built:
             self._ensure_built(first_batch(self.train_batches, Mode.TRAINING).features)
-        dense, rows, _ = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
+        dense, rows = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
         self.runner.load(dense, rows)
         path = Path(task.export_path)
         partial = path.with_name(f"partial-{self.worker_id}-{path.name}")
