@@ -27,8 +27,16 @@ def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home, 
     assert accuracy(model, xt, yt) == pytest.approx(status["metrics"]["accuracy"], abs=1e-6)
     assert ledger_problems(job.dir, 1, [len(x)], epochs=6) == []
     assert job_processes(job_home) == []
-    seqs = [e.seq for e in job.events(follow=False)]
-    assert seqs == list(range(len(seqs)))
+    events = list(job.events(follow=False))
+    assert [e.seq for e in events] == list(range(len(events)))
+    # Every training task says where its worker's time went; the parts fit in the whole,
+    # and together the tasks cover every minibatch of every epoch.
+    timings = [e.data for e in events if e.kind == "worker_time"]
+    assert {t["worker"] for t in timings} == {0, 1}
+    for t in timings:
+        assert 0 < t["compute_s"] and 0 < t["wait_s"]
+        assert t["compute_s"] + t["wait_s"] <= t["task_s"] + 1e-6
+    assert sum(t["minibatches"] for t in timings) >= 6 * -(-len(x) // 32)  # batches of 32
 
 
 def test_ctr_model_with_embeddings_on_two_ps_learns_the_ground_truth(job_home):

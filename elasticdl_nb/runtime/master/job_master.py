@@ -170,6 +170,17 @@ class JobMaster:
             return
         task = assignment.task
         if task.kind == TRAINING:
+            if r.HasField("timing"):
+                t = r.timing
+                self.journal.append(
+                    "worker_time",
+                    worker=r.worker_id,
+                    task=r.task_id,
+                    minibatches=t.minibatches,
+                    task_s=round(t.task_seconds, 6),
+                    compute_s=round(t.compute_seconds, 6),
+                    wait_s=round(t.wait_seconds, 6),
+                )
             self.journal.append("progress", **self._progress())
         elif task.kind == EVALUATION:
             eval_round = self.rounds.get(task.eval_round)

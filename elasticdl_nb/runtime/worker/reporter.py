@@ -39,11 +39,15 @@ class Reporter:
             report.losses.add(loss=loss)
             report.ps_versions[:] = ps_versions
 
-    def task_done(self, task_id: int, metric_states=None) -> None:
+    def task_done(
+        self, task_id: int, metric_states=None, timing: pb.TaskTiming | None = None
+    ) -> None:
         """Send everything about the task now and wait for the master to have it."""
         with self._lock:
             report = self._report(task_id)
             report.task_done = True
+            if timing is not None:
+                report.timing.CopyFrom(timing)
             for state in metric_states or ():
                 report.metric_states.append(state)
         self.flush()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 from pathlib import Path
 
@@ -102,6 +103,15 @@ class Trainer:
                 self._ensure_built(batch.features)
                 window.append([batch, None])
 
+        timing = pb.TaskTiming()
+        t_task = time.perf_counter()
+
+        def reply(handle):  # the PS's answer, and how long the loop waited for it
+            t0 = time.perf_counter()
+            answer = handle.result()
+            timing.wait_seconds += time.perf_counter() - t0
+            return answer
+
         fill()
         for entry in list(window)[:ahead]:
             entry[1] = self.runner.probe_ids(entry[0].features)
@@ -115,17 +125,20 @@ class Trainer:
             push = last[0] if last else None
             if overlap:
                 handle, carried = in_flight
-                dense, rows = handle.result()
+                dense, rows = reply(handle)
                 in_flight = (self._start(push, window[0][1] if window else {}), last)
             else:
-                dense, rows = self._start(push, ids).result()
+                dense, rows = reply(self._start(push, ids))
                 carried = last
             if carried:
                 self._batch_pushed(task, *carried)
             target = window[ahead - 1] if len(window) >= ahead else None
+            t0 = time.perf_counter()
             grads = self.runner.train_step(
                 batch.features, batch.labels, dense, rows, target[0].features if target else None
             )
+            timing.compute_seconds += time.perf_counter() - t0
+            timing.minibatches += 1
             if target:
                 target[1] = grads.next_ids
             last = (
@@ -141,14 +154,15 @@ class Trainer:
                 grads.loss,
             )
         if in_flight is not None:
-            in_flight[0].result()
+            reply(in_flight[0])
             if in_flight[1]:
                 self._batch_pushed(task, *in_flight[1])
         if last:  # the last push: what comes back keeps the local model current
-            self.runner.load(*self._start(last[0], {}).result())
+            self.runner.load(*reply(self._start(last[0], {})))
             self._batch_pushed(task, *last)
+        timing.task_seconds = time.perf_counter() - t_task
         if not self.reporter.stop_requested.is_set():
-            self.reporter.task_done(task.task_id)
+            self.reporter.task_done(task.task_id, timing=timing)
 
     def _start(self, push: PushPayload | None, ids: dict):
         return self.ps.start_exchange(push, ids, self.runner.variable_values)
