@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.runtime.compiled_call import CompiledCall
 from elasticdl_nb.runtime.ps.row_optimizer import RowOptimizer
 
 BatchId = tuple[int, int]  # (epoch, source)
@@ -100,7 +101,8 @@ class ParameterStore:
 
     def _compile_step(self):
         """One compiled call per request: apply a minibatch's gradients (if any), then read
-        what the worker asked for. Variable reads follow the updates in program order."""
+        what the worker asked for. Variable reads follow the updates in program order.
+        Compiled once per (has gradients, reads dense) combination, on first use."""
         optimizer, dense_vars, table_vars, rows = (
             self.optimizer,
             self._dense_vars,
@@ -108,7 +110,6 @@ class ParameterStore:
             self.rows,
         )
 
-        @tf.function(reduce_retracing=True)
         def step(grads, read_dense: bool, pull_ids):
             if grads is not None:
                 dense_grads, ids, values = grads
@@ -125,7 +126,28 @@ class ParameterStore:
             dense = [tf.identity(v) for v in dense_vars] if read_dense else []
             return dense, [tf.gather(t, i) for t, i in zip(table_vars, pull_ids)]
 
-        return step
+        id_specs = [tf.TensorSpec([None], tf.int64) for _ in table_vars]
+        grad_specs = (
+            [tf.TensorSpec(v.shape, v.dtype) for v in dense_vars],
+            id_specs,
+            [tf.TensorSpec([None, *t.shape[1:]], t.dtype) for t in table_vars],
+        )
+        compiled: dict[tuple[bool, bool], CompiledCall] = {}
+
+        def call(grads, read_dense: bool, pull_ids):
+            key = (grads is not None, read_dense)
+            if key not in compiled:
+                if grads is None:
+                    fn, signature = (lambda ids, r=read_dense: step(None, r, ids)), [id_specs]
+                else:
+                    fn = lambda g, ids, r=read_dense: step(g, r, ids)  # noqa: E731
+                    signature = [grad_specs, id_specs]
+                compiled[key] = CompiledCall(fn, signature, "PS step")
+            if grads is None:
+                return compiled[key](pull_ids)
+            return compiled[key](grads, pull_ids)
+
+        return call
 
     # ------------------------------------------------------------------ the request path
 

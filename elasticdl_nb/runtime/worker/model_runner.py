@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from elasticdl_nb.model.contract import ContractError, ModelContract
 from elasticdl_nb.model.metrics import make_eval_metrics, metric_states
+from elasticdl_nb.runtime.compiled_call import CompiledCall
 
 
 @dataclass
@@ -232,7 +233,8 @@ class ModelRunner:
 
         One input signature, with only the batch dimension left open, means one trace
         for the whole job; without it TensorFlow retraced 5-6 times in a worker's first
-        steps (about a second each time a worker starts)."""
+        steps (about a second each time a worker starts). Called through `CompiledCall`,
+        which skips tf.function's per-call argument binding."""
 
         def batch_spec(x):
             x = tf.convert_to_tensor(x)
@@ -247,7 +249,7 @@ class ModelRunner:
             [tf.TensorSpec([None, v.shape[1]], v.dtype) for v in self.table_vars],
             feature_spec,
         ]
-        self._train = tf.function(self._train_fn, input_signature=signature)
+        self._train = CompiledCall(self._train_fn, signature, "train step")
 
     def train_step(
         self,

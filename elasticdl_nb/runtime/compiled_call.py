@@ -1,0 +1,66 @@
+"""A compiled step, called without `tf.function`'s per-call argument binding.
+
+Calling a `tf.function` (or its public concrete function) binds and type-checks every
+argument in Python: tens of microseconds per tensor argument. A worker's train step and a
+PS's step take ~20 tensor arguments each and run once per minibatch, so that binding was
+about half of each call in the CTR benchmark (profiles in bench/profiles/). A
+`CompiledCall` traces once for a fixed input signature and then passes the flattened
+arguments straight to the concrete function's flat entry point, after a cheap check of
+dtypes and shapes against the signature (the flat entry point itself checks nothing in
+eager mode).
+
+The flat entry point (`ConcreteFunction._call_flat`) is TensorFlow-internal; if a
+TensorFlow version lacks it, calls fall back to the public (slower) path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+
+class SignatureMismatch(TypeError):
+    """An argument does not fit the signature the step was compiled for."""
+
+
+class CompiledCall:
+    def __init__(self, fn: Callable, signature: list[Any], name: str = "step"):
+        """`signature`: the positional arguments as nested structures of `tf.TensorSpec`."""
+        self.name = name
+        self.signature = signature
+        self._concrete = tf.function(fn).get_concrete_function(*signature)
+        self._specs = tf.nest.flatten(signature)
+        self._dims = [tuple(s.shape.as_list()) for s in self._specs]
+        self._fast = hasattr(self._concrete, "_call_flat")
+
+    def __call__(self, *args: Any) -> Any:
+        flat = tf.nest.flatten(args)
+        if len(flat) != len(self._specs):
+            raise SignatureMismatch(
+                f"{self.name}: {len(flat)} tensors given, compiled for {len(self._specs)}"
+            )
+        tensors = [self._tensor(i, x) for i, x in enumerate(flat)]
+        if not self._fast:
+            return self._concrete(*tf.nest.pack_sequence_as(self.signature, tensors))
+        return self._concrete._call_flat(tensors, self._concrete.captured_inputs)
+
+    def _tensor(self, index: int, value: Any) -> tf.Tensor:
+        spec = self._specs[index]
+        if isinstance(value, np.ndarray) and value.dtype != spec.dtype.as_numpy_dtype:
+            raise SignatureMismatch(
+                f"{self.name}: argument {index} is {value.dtype}, compiled for "
+                f"{spec.dtype.name}"
+            )
+        tensor = tf.convert_to_tensor(value, dtype=spec.dtype)
+        dims = self._dims[index]
+        shape = tensor.shape
+        if len(shape) != len(dims) or any(
+            d is not None and d != s for d, s in zip(dims, shape.as_list())
+        ):
+            raise SignatureMismatch(
+                f"{self.name}: argument {index} has shape {shape}, compiled for {list(dims)}"
+            )
+        return tensor
