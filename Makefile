@@ -25,5 +25,13 @@ test: $(STAMP) lint
 	$(PY) -m pytest -q -p no:cacheprovider; code=$$?; \
 	  if [ $$code -eq 5 ]; then echo "no tests ran: that is a failure"; exit 1; fi; exit $$code
 
-bench: $(STAMP)
-	$(PY) bench/throughput.py
+BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet --no-deps tf_keras==2.21.0  # see pyproject's bench extra
+	rm -f $(VENV)/.bench-*
+	touch $@
+
+bench: $(BENCH_STAMP)
+	$(PY) bench/run.py

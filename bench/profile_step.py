@@ -34,23 +34,25 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import importlib.util
 import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import harness
 from code_state import code_state  # bench/code_state.py, beside this script
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+harness.pin_threads()  # the same pins as every benchmark; before TensorFlow starts
 
 import tensorflow as tf  # noqa: E402
+import workloads  # noqa: E402
 
 from elasticdl_nb.data import resolve_sources, stage_arrays  # noqa: E402
 from elasticdl_nb.model import load_bundle, write_bundle  # noqa: E402
@@ -68,13 +70,6 @@ from elasticdl_nb.spec import JobSpec  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 TOKEN = "bench-profile-token"
-
-
-def load_ctr():
-    spec = importlib.util.spec_from_file_location("ctr", ROOT / "examples/model_zoo/ctr.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------------- profiler
@@ -222,7 +217,7 @@ class _Reporter:
     def batch_done(self, task_id, start, loss, ps_versions):
         self.batches += 1
 
-    def task_done(self, task_id, metric_states=None):
+    def task_done(self, task_id, metric_states=None, timing=None):
         pass
 
 
@@ -296,7 +291,7 @@ def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
         ("load", "worker: ModelRunner.load (Python)"),
         ("_load_args", "worker: ModelRunner._load_args"),
         ("_probe", "worker: probe tf.function"),
-        ("_train", "worker: train tf.function (incl. loading pulled params if fused)"),
+        ("_train", "worker: train step, compiled (incl. loading the pulled params)"),
         ("_load", "worker: load tf.function"),
         ("_assign_dense", "worker: assign_dense tf.function"),
         ("_scatter_rows", "worker: scatter_rows tf.function"),
@@ -317,7 +312,7 @@ def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
         ("exchange", "PS: ParameterStore.exchange (Python, .numpy)"),
         ("_apply", "PS: dense apply tf.function"),
         ("_read", "PS: read tf.function"),
-        ("_step", "PS: step tf.function (apply + read)"),
+        ("_step", "PS: step, compiled (apply + read)"),
     ]:
         p.wrap(store, attr, label)
     rows = getattr(store, "rows", None)
@@ -506,13 +501,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--per-task", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="200 steps, one round")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.rounds = 200, 1
+    t_start = time.perf_counter()
     steps, warmup, batch, per_task = args.steps, args.warmup, args.batch, args.per_task
     steps -= steps % per_task
     warmup += -warmup % per_task
     n_records = batch * per_task * 25
 
-    ctr = load_ctr()
+    ctr = workloads.ctr_module()
     workdir = Path(tempfile.mkdtemp(prefix="edl-profile-"))
     job = make_job_dir(ctr, n_records, batch, per_task, workdir)
     print(
@@ -643,6 +642,34 @@ def main() -> None:
         + "\n"
     )
     shutil.rmtree(workdir, ignore_errors=True)
+    harness.write_result(
+        "profile_step",
+        "One CTR step of the real worker loop against the single-process floor",
+        [
+            harness.row(
+                "CTR step, real Trainer → real gRPC → real PS service (one process)",
+                "µs per step",
+                runs_c,
+                runs_d,
+                unit="µs",
+                baseline_label="floor: one tf.function fwd+bwd+apply",
+                higher_is_better=False,
+                note="phases in bench/results/step_profile.md",
+            ),
+            harness.row(
+                "CTR step, real Trainer → in-process loopback → real PS service",
+                "µs per step",
+                runs_b,
+                runs_d,
+                unit="µs",
+                baseline_label="floor: one tf.function fwd+bwd+apply",
+                higher_is_better=False,
+            ),
+        ],
+        {"phases_us_per_step": {name: round(us, 1) for name, us, _ in rows}},
+        command=" ".join([".venv/bin/python bench/profile_step.py", *sys.argv[1:]]),
+        seconds=time.perf_counter() - t_start,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,125 @@
+"""PNG plots of the benchmark results (matplotlib, no display needed).
+
+- `<benchmark>.png`: per benchmark, one panel per metric; for every case the median of
+  ours beside the baseline's, with the min–max spread of the runs as error bars.
+- `ratios.png`: every ratio against the baseline on one chart, with the targets marked.
+- `scaling.png`: samples/s and communication share against the worker count.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+OURS, BASE = "#1f77b4", "#bbbbbb"
+
+
+def _bar(ax, x: float, stats: dict | None, color: str, width: float, label: str | None) -> None:
+    if not stats or stats["median"] is None:
+        return
+    m = stats["median"]
+    err = [[m - stats["min"]], [stats["max"] - m]]
+    ax.bar(x, m, width, color=color, yerr=err, capsize=3, label=label)
+
+
+def benchmark_panels(name: str, doc: dict, out: Path) -> Path | None:
+    by_metric: dict[tuple[str, str], list[dict]] = {}
+    for r in doc["rows"]:
+        if r["ours"]["median"] is not None:
+            by_metric.setdefault((r["metric"], r["unit"]), []).append(r)
+    if not by_metric:
+        return None
+    fig, axes = plt.subplots(
+        1, len(by_metric), figsize=(4.2 * len(by_metric) + 1, 4.2), squeeze=False
+    )
+    for ax, ((metric, unit), rows) in zip(axes[0], by_metric.items()):
+        for i, r in enumerate(rows):
+            _bar(ax, i - 0.2, r["ours"], OURS, 0.4, "ours" if i == 0 else None)
+            label = (r["baseline_label"] or "baseline") if i == 0 else None
+            _bar(ax, i + 0.2, r["baseline"], BASE, 0.4, label)
+        ax.set_xticks(
+            range(len(rows)), [textwrap.fill(r["case"], 22) for r in rows], fontsize=7
+        )
+        ax.set_title(textwrap.fill(metric, 40), fontsize=9)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7)
+    fig.suptitle(doc["title"], fontsize=10)
+    fig.tight_layout()
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def ratios(results: dict, out: Path) -> Path | None:
+    rows = [
+        (f"{name}: {r['case']} ({r['metric']})", r)
+        for name, doc in results.items()
+        for r in doc.get("rows", [])
+        if r["ratio"] is not None
+    ]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 0.38 * len(rows) + 1.2))
+    for i, (_, r) in enumerate(rows):
+        color = {True: "#2ca02c", False: "#d62728"}.get(r["met"], OURS)
+        ax.barh(i, r["ratio"], color=color)
+        if r["target"] is not None:
+            ax.plot([r["target"]] * 2, [i - 0.4, i + 0.4], color="black", linewidth=2)
+    ax.axvline(1.0, color="grey", linestyle=":")
+    ax.set_yticks(range(len(rows)), [textwrap.shorten(t, 95) for t, _ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("times better than the baseline (black tick: target; green met, red not)")
+    fig.tight_layout()
+    path = out / "ratios.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def scaling(doc: dict, out: Path) -> Path | None:
+    rate, share = {}, {}
+    for r in doc["rows"]:
+        workers = int(r["case"].split(",")[1].split()[0])
+        target = rate if r["metric"].startswith("samples/s") else share
+        if r["ours"]["median"] is not None:
+            target[workers] = r["ours"]["median"]
+    if not rate:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = sorted(rate)
+    ax.plot(xs, [rate[x] for x in xs], "o-", color=OURS, label="samples/s")
+    ax.set_xlabel("workers (1 PS, 2 cores)")
+    ax.set_ylabel("samples/s")
+    ax.set_xticks(xs)
+    if share:
+        ax2 = ax.twinx()
+        xs2 = sorted(share)
+        ax2.plot(xs2, [share[x] for x in xs2], "s--", color="#ff7f0e", label="communication")
+        ax2.set_ylabel("communication share of worker time")
+        ax2.set_ylim(0, 1)
+        ax2.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(doc["title"], fontsize=10)
+    fig.tight_layout()
+    path = out / "scaling.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def draw(results: dict, out: Path) -> list[Path]:
+    """Every plot the results allow; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [ratios(results, out)]
+    for name, doc in results.items():
+        if "rows" in doc:
+            written.append(benchmark_panels(name, doc, out))
+    if "rows" in results.get("scaling", {}):
+        written.append(scaling(results["scaling"], out))
+    return [p for p in written if p is not None]

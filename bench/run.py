@@ -1,0 +1,142 @@
+"""`make bench`: every benchmark, one after another, then the merged results, plots, table.
+
+    .venv/bin/python bench/run.py [--quick] [--only throughput,transfer,...]
+
+Each benchmark runs as its own process (a fresh TensorFlow, no state carried between
+them) and writes bench/results/<name>.json (bench/harness.py). This script then writes
+bench/results.json (all of them, with the machine and the code measured), the PNG plots
+(bench/plots.py) and the results table between the markers in bench/README.md, and prints
+every ratio. A benchmark that fails is reported as failed; the others still run, and the
+exit status says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import harness
+import plots
+
+# In the order of issue 3's list; the profile is last (it reads no other result).
+BENCHMARKS = [
+    "throughput",
+    "tf_ps_strategy",
+    "transfer",
+    "recovery",
+    "startup",
+    "event_path",
+    "scaling",
+    "profile_step",
+]
+README = harness.ROOT / "bench" / "README.md"
+TABLE_BEGIN = "<!-- results table: written by bench/run.py -->"
+TABLE_END = "<!-- end of results table -->"
+
+
+def _cell(stats: dict | None, unit: str) -> str:
+    if not stats or stats["median"] is None:
+        return "—"
+
+    def fmt(v: float) -> str:
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+    spread = f" ({fmt(stats['min'])}–{fmt(stats['max'])}, n={stats['n']})" if stats["n"] > 1 else ""
+    return f"{fmt(stats['median'])} {unit}".strip() + spread
+
+
+def _verdict(r: dict) -> str:
+    if r["target"] is not None:
+        return f"≥ {r['target']}: {'met' if r['met'] else '**not met**'}"
+    if r["limit"] is not None:
+        bound = "≥" if r["higher_is_better"] else "≤"
+        return f"{bound} {r['limit']}: {'met' if r['met'] else '**not met**'}"
+    return ""
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| benchmark | case | metric | ours | baseline | ratio | target |",
+        "|---|---|---|---|---|---:|---|",
+    ]
+    for name, doc in results.items():
+        if "error" in doc:
+            lines.append(f"| {name} | — | — | failed: {doc['error'][:120]} | | | |")
+            continue
+        for r in doc["rows"]:
+            base = _cell(r["baseline"], r["unit"])
+            if r["baseline"]:
+                base = f"{r['baseline_label']}: {base}"
+            ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            lines.append(
+                f"| {name} | {r['case']} | {r['metric']} | {_cell(r['ours'], r['unit'])} "
+                f"| {base} | {ratio} | {_verdict(r)} |"
+            )
+    return "\n".join(lines)
+
+
+def write_readme_table(results: dict, machine: dict, command: str) -> None:
+    text = README.read_text()
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        raise SystemExit(f"{README} lacks the results-table markers")
+    head, rest = text.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    body = (
+        f"\n`{command}`, {machine['date']}, code {machine['code']}, {machine['cores']} cores "
+        f"({machine['cpu']}), load average at start {[round(x, 1) for x in machine['loadavg']]}."
+        " Ratio: how many times better than the baseline (ours/baseline for rates, "
+        "baseline/ours for times); median (min–max, n runs).\n\n" + table(results) + "\n"
+    )
+    README.write_text(head + TABLE_BEGIN + body + TABLE_END + tail)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated")
+    args = parser.parse_args()
+    command = " ".join(["make bench" if len(sys.argv) == 1 else ".venv/bin/python bench/run.py",
+                        *sys.argv[1:]])
+    machine = harness.machine()
+    t0 = time.perf_counter()
+    results: dict[str, dict] = {}
+    for name in args.only.split(","):
+        harness.log(f"=== {name}")
+        started = time.perf_counter()
+        argv = [harness.PY, str(harness.ROOT / "bench" / f"{name}.py")]
+        if args.quick:
+            argv.append("--quick")
+        done = subprocess.run(argv, cwd=harness.ROOT)
+        path = harness.RESULTS_DIR / f"{name}.json"
+        if done.returncode == 0 and path.exists() and path.stat().st_mtime >= time.time() - (
+            time.perf_counter() - started
+        ) - 1:
+            results[name] = json.loads(path.read_text())
+        else:
+            results[name] = {"error": f"exit status {done.returncode}"}
+        harness.log(f"=== {name}: {time.perf_counter() - started:.0f} s")
+    seconds = time.perf_counter() - t0
+    merged = {"command": command, "seconds": seconds, "machine": machine, "results": results}
+    (harness.ROOT / "bench" / "results.json").write_text(
+        json.dumps(merged, indent=1, default=str) + "\n"
+    )
+    written = plots.draw(results, harness.ROOT / "bench" / "plots")
+    write_readme_table(results, machine, command)
+    print()
+    for name, doc in results.items():
+        for r in doc.get("rows", []):
+            print(f"{name}: {harness.describe(r)}")
+        if "error" in doc:
+            print(f"{name}: FAILED ({doc['error']})")
+    harness.log(
+        f"all benchmarks: {seconds / 60:.1f} min; wrote bench/results.json, "
+        f"{len(written)} plots under bench/plots/, the table in bench/README.md"
+    )
+    return 1 if any("error" in doc for doc in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Benchmark 5: start-up, from `edl.train()` to the first applied gradient (local backend).
+
+    .venv/bin/python bench/startup.py [--quick]
+
+Ours: in this process (TensorFlow already imported, as in a notebook), the clock starts
+right before `edl.train(...)` of the digits MLP with 1 worker + 1 PS (the default one-batch
+check in the caller included) and stops at the journal time of the first `loss` event:
+the master has then received the report of a minibatch whose gradients the PS applied.
+Workers report every 0.2 s, so the figure can be up to 0.2 s late. The job is stopped
+right after. The phases in between come from the journal: the master running, the PS and
+the worker started.
+
+Baseline: `python -c "import tensorflow"` in a fresh process on the same machine (same
+thread pins): the floor any job that starts TensorFlow processes pays at least once.
+Runs alternate. The ratio is baseline / ours (how many import-times start-up takes is
+its inverse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import harness
+
+harness.pin_threads()
+import workloads  # noqa: E402  (after the pins: it imports TensorFlow)
+
+import elasticdl_nb as edl  # noqa: E402
+
+
+def import_tensorflow() -> float:
+    t0 = time.time()
+    subprocess.run(
+        [harness.PY, "-c", "import tensorflow"], env=harness.pinned_env(), check=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return time.time() - t0
+
+
+def first_gradient(w: workloads.Workload, tag: str) -> dict:
+    t0 = time.time()
+    job = edl.train(
+        w.model, loss=w.loss, optimizer=w.optimizer, data=w.data, workers=1, ps=1,
+        epochs=w.epochs, minibatch_size=w.batch, minibatches_per_task=w.per_task,
+        name=f"bench-startup-{tag}",
+    )
+    returned = time.time() - t0
+    phases: dict[str, float] = {"train() returned": returned}
+    try:
+        for event in job.events(follow=True, timeout=120):
+            d = event.data
+            if event.kind == "job_state" and d.get("state") == "running":
+                phases.setdefault("master running", event.time - t0)
+            elif event.kind == "instance" and d.get("kind") in ("started", "running"):
+                phases.setdefault(f"{d['role']} {d['id']} {d['kind']}", event.time - t0)
+            elif event.kind == "loss":
+                phases["first applied gradient reported"] = event.time - t0
+                break
+        else:
+            raise RuntimeError("no 'loss' event within 120 s")
+    finally:
+        job.stop()
+    return {"seconds": phases["first applied gradient reported"], "phases": phases}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two repetitions")
+    args = parser.parse_args()
+    home = tempfile.mkdtemp(prefix="edl-bench-")
+    os.environ["ELASTICDL_NB_HOME"] = home
+    t0 = time.perf_counter()
+    ours, baseline = [], []
+    try:
+        w = workloads.workloads(quick=True)["digits"]
+        import_tensorflow()  # warm the page cache for both sides
+        for rep in range(2 if args.quick else 4):
+            baseline.append(import_tensorflow())
+            harness.log(f"import tensorflow: {baseline[-1]:.2f} s")
+            ours.append(first_gradient(w, str(rep)))
+            harness.log(f"train() -> first applied gradient: {ours[-1]['seconds']:.2f} s")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    rows = [
+        harness.row(
+            "digits MLP, 1 worker + 1 PS, local backend",
+            "train() to first applied gradient",
+            [o["seconds"] for o in ours],
+            baseline,
+            unit="s",
+            baseline_label='python -c "import tensorflow"',
+            higher_is_better=False,
+        )
+    ]
+    harness.write_result(
+        "startup",
+        "Start-up: train() to the first applied gradient vs importing TensorFlow",
+        rows,
+        {"ours": ours, "import_tensorflow_s": baseline},
+        command=" ".join([".venv/bin/python bench/startup.py", *sys.argv[1:]]),
+        seconds=time.perf_counter() - t0,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
