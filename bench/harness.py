@@ -37,8 +37,11 @@ PY = sys.executable
 
 # Thread pins. The machine has 2 cores; TensorFlow sizes its pools to the cores it sees,
 # so without pins a worker, a PS and a master each start 2+ busy threads and fight.
-# Every process of a job (they inherit the environment) and every baseline process gets
-# the same pins; `pinned_env()` is what the baselines' subprocesses get.
+# Every process of a job (they inherit the environment) and every multi-process baseline
+# (`pinned_env()`) gets one intra-op and one inter-op thread per process. A single-process
+# baseline (Keras fit in the benchmark's own process) is alone on the machine, so it gets
+# the whole of it: `BASELINE_THREADS` intra-op threads (bench/workloads.py sets them).
+BASELINE_THREADS = os.cpu_count() or 1
 THREAD_PINS = {
     "TF_NUM_INTRAOP_THREADS": "1",
     "TF_NUM_INTEROP_THREADS": "1",

@@ -15,9 +15,10 @@ alternate so that slow phases of a noisy machine hit both sides:
 - CTR also runs once with `overlap_communication=True` (gradients on parameters one update
   old: another algorithm, so a detail, not the judged figure).
 
-Every process (this one, and the job's master, PS and workers through the environment) is
-pinned to one TensorFlow intra-op and one inter-op thread (bench/harness.py), so a job's
-processes do not oversubscribe the 2 cores; the single-process baseline is pinned the same.
+Each of the job's processes (master, PS, workers) is pinned to one TensorFlow intra-op and
+one inter-op thread (bench/harness.py), so they split the 2 cores instead of
+oversubscribing them; the single-process baseline, alone on the machine, gets 2 intra-op
+threads (it used ~1.0–1.3 cores either way in earlier runs).
 
 Target (issue 3): ours / fit >= 0.8 for CTR at 1 worker + 1 PS.
 """

@@ -12,8 +12,9 @@ functions, data, optimizer, epochs and batch size:
 Record counts are multiples of batch × minibatches_per_task, so every minibatch of a job is
 full and steps × batch is the exact record count.
 
-`run_fit` measures single-process `model.fit` in this process; `run_job` an elasticdl-nb
-job (`edl.train`), measured from its journal (see each function). Import this module after
+`run_fit` measures single-process `model.fit` in this process (with all cores' worth of
+intra-op threads); `run_job` an elasticdl-nb job (`edl.train`) whose processes inherit one
+thread each, measured from its journal (see each function). Import this module after
 `harness.pin_threads()`, so TensorFlow starts with the pins.
 """
 
@@ -28,9 +29,13 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from harness import ROOT
+from harness import BASELINE_THREADS, ROOT
 
 import elasticdl_nb as edl
+
+# The single-process baseline runs in this process and gets the whole machine; the
+# environment (inherited by our jobs' processes) keeps the one-thread pins.
+tf.config.threading.set_intra_op_parallelism_threads(BASELINE_THREADS)
 
 
 @dataclass(frozen=True)
