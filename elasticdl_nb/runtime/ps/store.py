@@ -102,7 +102,7 @@ class ParameterStore:
     def _compile_step(self):
         """One compiled call per request: apply a minibatch's gradients (if any), then read
         what the worker asked for. Variable reads follow the updates in program order.
-        Compiled once per (has gradients, reads dense) combination, on first use."""
+        Compiled once per (has gradients, reads dense) combination."""
         optimizer, dense_vars, table_vars, rows = (
             self.optimizer,
             self._dense_vars,
@@ -132,20 +132,21 @@ class ParameterStore:
             id_specs,
             [tf.TensorSpec([None, *t.shape[1:]], t.dtype) for t in table_vars],
         )
-        compiled: dict[tuple[bool, bool], CompiledCall] = {}
+        def compile_for(has_grads: bool, read_dense: bool) -> CompiledCall:
+            if has_grads:
+                return CompiledCall(
+                    lambda g, ids: step(g, read_dense, ids), [grad_specs, id_specs], "PS step"
+                )
+            return CompiledCall(lambda ids: step(None, read_dense, ids), [id_specs], "PS pull")
+
+        # Traced now, before the PS reports ready, rather than on a worker's first request
+        # (a relaunched PS would otherwise stall the job a second longer).
+        compiled = {(g, r): compile_for(g, r) for g in (True, False) for r in (True, False)}
 
         def call(grads, read_dense: bool, pull_ids):
-            key = (grads is not None, read_dense)
-            if key not in compiled:
-                if grads is None:
-                    fn, signature = (lambda ids, r=read_dense: step(None, r, ids)), [id_specs]
-                else:
-                    fn = lambda g, ids, r=read_dense: step(g, r, ids)  # noqa: E731
-                    signature = [grad_specs, id_specs]
-                compiled[key] = CompiledCall(fn, signature, "PS step")
             if grads is None:
-                return compiled[key](pull_ids)
-            return compiled[key](grads, pull_ids)
+                return compiled[(False, read_dense)](pull_ids)
+            return compiled[(True, read_dense)](grads, pull_ids)
 
         return call
 
