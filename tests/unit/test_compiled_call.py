@@ -42,6 +42,17 @@ def test_fast_call_matches_the_function_for_any_batch_size(n):
     assert int(got[1][0]) == n
 
 
+def test_non_contiguous_arrays_are_read_correctly():
+    call = CompiledCall(_fn, SIGNATURE, "test step")
+    features, weights, ids = _args(6)
+    wide = np.arange(16, dtype=np.float32).reshape(4, 4)
+    strided = [wide[::2, ::2], weights[1]]  # a view: not C-contiguous
+    assert not strided[0].flags.c_contiguous
+    got = call(features, strided, ids)
+    want = tf.function(_fn)(features, [np.ascontiguousarray(strided[0]), weights[1]], ids)
+    np.testing.assert_allclose(got[0]["out"].numpy(), want[0]["out"].numpy(), rtol=1e-6)
+
+
 def test_fallback_without_the_flat_entry_point_gives_the_same():
     call = CompiledCall(_fn, SIGNATURE, "test step")
     fast = call(*_args(9))
