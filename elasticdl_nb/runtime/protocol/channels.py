@@ -41,3 +41,8 @@ def make_server(token: str, threads: int = 16) -> grpc.Server:
         options=_OPTIONS,
         maximum_concurrent_rpcs=None,
     )
+
+
+def host_of(address: str) -> str:
+    """The host part of "host:port" (brackets of an IPv6 literal removed)."""
+    return address.rsplit(":", 1)[0].strip("[]")

@@ -384,6 +384,11 @@ class ParameterServerStub:
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
                 response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.CheckpointResponse.FromString,
                 _registered_method=True)
+        self.GetBulkEndpoint = channel.unary_unary(
+                '/elasticdl_nb.ParameterServer/GetBulkEndpoint',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.BulkEndpoint.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -413,6 +418,12 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBulkEndpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -435,6 +446,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Checkpoint,
                     request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
                     response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.CheckpointResponse.SerializeToString,
+            ),
+            'GetBulkEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBulkEndpoint,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.BulkEndpoint.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -545,6 +561,33 @@ class ParameterServer:
             '/elasticdl_nb.ParameterServer/Checkpoint',
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.CheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBulkEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.ParameterServer/GetBulkEndpoint',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.BulkEndpoint.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,8 +2,10 @@
 
 It restores the newest checkpoint of its shard if there is one, serves the
 ParameterServer service on its fixed address (the same after a relaunch, so workers
-simply reconnect), tells the master it is ready and what it restored, and checkpoints
-every `checkpoint_steps` applied updates in a background thread.
+simply reconnect) and, for large tensors, on a bulk channel beside it (a port of the
+same host chosen by the OS; workers ask for it with GetBulkEndpoint), tells the master
+it is ready and what it restored, and checkpoints every `checkpoint_steps` applied
+updates in a background thread.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import make_server, open_channel
+from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
+from elasticdl_nb.runtime.protocol.channels import host_of, make_server, open_channel
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 from elasticdl_nb.runtime.ps.service import ParameterServerService
 from elasticdl_nb.runtime.ps.store import ParameterStore
@@ -81,14 +84,15 @@ def main() -> None:
     checkpointer = Checkpointer(store, directory, spec.checkpoint_steps)
     checkpointer.saved_version = restored_version
 
-    server = make_server(env.token)
-    rpc.add_ParameterServerServicer_to_server(
-        ParameterServerService(store, checkpointer.note_update, checkpointer.save_now), server
-    )
+    service = ParameterServerService(store, checkpointer.note_update, checkpointer.save_now)
     address = env.ps_addrs[ps_id]
+    bulk = BulkServer(host_of(address), env.token, service.bulk_push_pull).start()
+    service.bulk_port = bulk.port
+    server = make_server(env.token)
+    rpc.add_ParameterServerServicer_to_server(service, server)
     server.add_insecure_port(address)
     server.start()
-    log.info("PS %d serving on %s", ps_id, address)
+    log.info("PS %d serving on %s (bulk channel on port %d)", ps_id, address, bulk.port)
 
     master = rpc.MasterStub(open_channel(env.master_addr, env.token))
     for attempt in range(600):
@@ -107,4 +111,5 @@ def main() -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
     log.info("PS %d stopping at version %d", ps_id, store.version)
+    bulk.stop()
     server.stop(grace=1).wait()

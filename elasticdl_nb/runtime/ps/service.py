@@ -1,13 +1,20 @@
-"""The ParameterServer gRPC service: a thin translation between messages and the store."""
+"""The ParameterServer service: a thin translation between messages and the store.
+
+PushPull arrives over gRPC or, with its large tensors out of band, over the bulk channel
+(protocol/bulk.py); both go through `push_pull`.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import grpc
+import numpy as np
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.bulk import BulkError
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
 from elasticdl_nb.runtime.ps.store import ParameterStore, Push, VariableSpec
 
@@ -20,6 +27,7 @@ class ParameterServerService(rpc.ParameterServerServicer):
         # Versions of a restored PS repeat numbers the workers saw before the crash; the
         # incarnation tells them apart.
         self.incarnation = time.time_ns()
+        self.bulk_port = 0  # set by the process once its bulk channel listens
 
     def Init(self, request: pb.InitRequest, context) -> pb.InitResponse:
         specs = [
@@ -32,11 +40,32 @@ class ParameterServerService(rpc.ParameterServerServicer):
         return pb.InitResponse(accepted=accepted, version=self.store.version)
 
     def PushPull(self, request: pb.PushPullRequest, context) -> pb.PushPullResponse:
+        try:
+            return self.push_pull(request)[0]
+        except BulkError as err:
+            context.abort(err.code(), err.details())
+
+    def bulk_push_pull(
+        self, request: pb.PushPullRequest, buffers: Sequence[np.ndarray]
+    ) -> tuple[pb.PushPullResponse, list[np.ndarray]]:
+        """PushPull for the bulk channel: large tensors in `buffers` and out of band in
+        the reply (see protocol/bulk.py)."""
+        return self.push_pull(request, buffers, out_of_band=True)
+
+    def push_pull(
+        self,
+        request: pb.PushPullRequest,
+        buffers: Sequence[np.ndarray] = (),
+        out_of_band: bool = False,
+    ) -> tuple[pb.PushPullResponse, list[np.ndarray]]:
+        """Both transports' PushPull: (reply, the reply's out-of-band arrays). Refuses a bad
+        request with a BulkError (a grpc.RpcError) carrying the status code."""
         store = self.store
         reply = pb.PushPullResponse(incarnation=self.incarnation)
+        out: list[np.ndarray] | None = [] if out_of_band else None
         if not store.initialized:
             reply.initialized = False
-            return reply
+            return reply, []
         reply.initialized = True
         push = None
         if request.batch_key >= 0:
@@ -45,30 +74,30 @@ class ParameterServerService(rpc.ParameterServerServicer):
                 request.epoch,
                 request.source,
                 request.batch_key,
-                {name: to_array(t) for name, t in request.dense_grads.items()},
+                {name: to_array(t, buffers) for name, t in request.dense_grads.items()},
                 {
-                    name: (to_array(r.ids), to_array(r.values))
+                    name: (to_array(r.ids, buffers), to_array(r.values, buffers))
                     for name, r in request.table_grads.items()
                 },
                 (ledger.start, ledger.end) if request.HasField("ledger_range") else None,
             )
-        wanted = {name: to_array(ids) for name, ids in request.pull_ids.items()}
+        wanted = {name: to_array(ids, buffers) for name, ids in request.pull_ids.items()}
         unknown = set(wanted) - set(store.tables)
         if unknown:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no tables {sorted(unknown)} here")
+            raise BulkError(grpc.StatusCode.INVALID_ARGUMENT, f"no tables {sorted(unknown)} here")
         known = -1 if request.pull_all else request.known_version
         applied, reply.version, dense, rows = store.exchange(push, known, wanted)
         reply.duplicate = push is not None and not applied
         if applied:
             self._on_update()
         for name, value in dense.items():
-            to_tensor(value, reply.dense[name])
+            to_tensor(value, reply.dense[name], out)
         for name, value in rows.items():
-            to_tensor(value, reply.rows[name])
+            to_tensor(value, reply.rows[name], out)
         if request.pull_all:
             for name, value in store.read_tables().items():
-                to_tensor(value, reply.rows[name])
-        return reply
+                to_tensor(value, reply.rows[name], out)
+        return reply, out or []
 
     def GetApplied(self, request: pb.AppliedRequest, context) -> pb.AppliedBatches:
         with self.store.lock:
@@ -80,3 +109,6 @@ class ParameterServerService(rpc.ParameterServerServicer):
     def Checkpoint(self, request: pb.Empty, context) -> pb.CheckpointResponse:
         version, path = self._checkpoint_now()
         return pb.CheckpointResponse(version=version, path=str(path))
+
+    def GetBulkEndpoint(self, request: pb.Empty, context) -> pb.BulkEndpoint:
+        return pb.BulkEndpoint(port=self.bulk_port)

@@ -1,0 +1,123 @@
+"""The PS's end of the bulk channel (wire format in bulk.py): a TCP listener beside the
+gRPC server, each accepted connection served on its own thread once it has shown the job
+token, every request handed to the same PushPull logic the gRPC handler uses.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import threading
+from collections.abc import Callable, Sequence
+
+import grpc
+import numpy as np
+
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol.bulk import (
+    ERROR,
+    HELLO,
+    MAX_TOKEN_BYTES,
+    MESSAGE,
+    READY,
+    TOKEN_LEN,
+    BulkError,
+    error_message,
+    recv_bytes,
+    recv_frame,
+    send_frame,
+)
+
+log = logging.getLogger("elasticdl_nb.bulk")
+
+# (request, its buffers) -> (reply, the reply's out-of-band buffers). Raises BulkError to
+# refuse the request with a status code; any other exception is reported as UNKNOWN.
+Handler = Callable[
+    [pb.PushPullRequest, Sequence[np.ndarray]], tuple[pb.PushPullResponse, list[np.ndarray]]
+]
+
+
+class BulkServer:
+    """Serves bulk PushPull on `host`, on a port the OS chooses (`.port`)."""
+
+    def __init__(self, host: str, token: str, handle: Handler, timeout: float = 60.0):
+        self._token, self._handle, self._timeout = token.encode(), handle, timeout
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, 0), family=family)
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._stopped = False
+
+    def start(self) -> BulkServer:
+        threading.Thread(target=self._accept_loop, daemon=True, name="bulk-accept").start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting and cut every open connection (their threads then end)."""
+        with self._lock:
+            self._stopped = True
+            conns, self._conns = self._conns, set()
+        self._listener.close()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, peer = self._listener.accept()
+            except OSError:
+                return  # listener closed by stop()
+            with self._lock:
+                if self._stopped:
+                    conn.close()
+                    return
+                self._conns.add(conn)
+            threading.Thread(
+                target=self._serve, args=(conn, peer), daemon=True, name=f"bulk-{peer}"
+            ).start()
+
+    def _authenticated(self, conn: socket.socket) -> bool:
+        conn.settimeout(self._timeout)
+        hello = recv_bytes(conn, len(HELLO) + TOKEN_LEN.size)
+        (size,) = TOKEN_LEN.unpack(hello[len(HELLO) :])
+        if hello[: len(HELLO)] != HELLO or size > MAX_TOKEN_BYTES:
+            return False
+        return hmac.compare_digest(bytes(recv_bytes(conn, size)), self._token)
+
+    def _serve(self, conn: socket.socket, peer) -> None:
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if not self._authenticated(conn):
+                log.warning("bulk connection from %s refused: missing or wrong job token", peer)
+                return
+            conn.sendall(READY)
+            while True:
+                kind, message, buffers = recv_frame(conn, None, self._timeout)
+                if kind != MESSAGE:
+                    log.warning("bulk connection from %s: unexpected frame kind %d", peer, kind)
+                    return
+                self._reply(conn, message, buffers)
+        except OSError as err:  # the peer left (or stop()): nothing to answer
+            log.debug("bulk connection from %s closed: %s", peer, err)
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def _reply(self, conn: socket.socket, message: bytearray, buffers: list[np.ndarray]) -> None:
+        try:
+            reply, out = self._handle(pb.PushPullRequest.FromString(message), buffers)
+        except BulkError as err:
+            send_frame(conn, error_message(err.code(), err.details()), kind=ERROR)
+            return
+        except Exception as err:  # what gRPC reports as UNKNOWN for a failing handler
+            log.exception("bulk PushPull failed")
+            send_frame(conn, error_message(grpc.StatusCode.UNKNOWN, repr(err)), kind=ERROR)
+            return
+        send_frame(conn, reply.SerializeToString(), out)
