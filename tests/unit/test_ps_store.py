@@ -133,3 +133,32 @@ def test_tables_follow_the_optimizer_lazily_row_by_row():
     m_hat, v_hat = 0.1 / (1 - 0.9**2), 0.001 / (1 - 0.999**2)
     np.testing.assert_allclose(moved, np.full((200, 2), -0.1 * m_hat / np.sqrt(v_hat)), rtol=1e-3)
     assert store.rows.optimizer.iterations.numpy() == 2
+
+
+def test_checkpoints_are_written_once_per_interval_even_while_updates_race_the_writer(
+    tmp_path,
+):
+    import time
+
+    from elasticdl_nb.runtime.ps.process import Checkpointer
+
+    store = _store()
+    directory = CheckpointDir(tmp_path, 0, keep=100)
+    slow_save, saved = directory.save, []
+
+    def save(state):  # a slow disk: updates keep arriving while a checkpoint is written
+        saved.append(state["version"])
+        time.sleep(0.05)
+        return slow_save(state)
+
+    directory.save = save
+    checkpointer = Checkpointer(store, directory, every=10)
+    grads = {"w": np.ones((2, 3), np.float32)}
+    for key in range(45):
+        store.push(0, 0, key, grads, {}, None)
+        checkpointer.note_update()
+        time.sleep(0.005)
+    time.sleep(0.3)
+    assert len(saved) >= 3
+    gaps = [b - a for a, b in zip(saved, saved[1:])]
+    assert min(gaps) >= 10, saved  # before the fix: 100, 103, 203, 205, ...

@@ -37,13 +37,19 @@ class Checkpointer:
     def __init__(self, store: ParameterStore, directory: CheckpointDir, every: int):
         self.store, self.directory, self.every = store, directory, every
         self.saved_version = -1
+        self._forced = False
         self._wake = threading.Event()
         self._save_lock = threading.Lock()
         threading.Thread(target=self._loop, daemon=True, name="checkpointer").start()
 
     def note_update(self, force: bool = False) -> None:
-        if force or self.store.version - self.saved_version >= self.every:
+        if force:
+            self._forced = True
+        if force or self._due():
             self._wake.set()
+
+    def _due(self) -> bool:
+        return self.store.version - self.saved_version >= self.every
 
     def save_now(self):
         with self._save_lock:
@@ -59,7 +65,10 @@ class Checkpointer:
         while True:
             self._wake.wait()
             self._wake.clear()
-            if self.store.initialized:
+            # Updates applied while the previous save was writing woke us again; save only
+            # if a whole interval has passed since that save.
+            forced, self._forced = self._forced, False
+            if self.store.initialized and (forced or self._due()):
                 self.save_now()
 
 
