@@ -18,14 +18,17 @@ twice") carry `ours` only and an absolute `limit` instead.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,8 @@ PY = sys.executable
 # Every process of a job (they inherit the environment) and every multi-process baseline
 # (`pinned_env()`) gets one intra-op and one inter-op thread per process. A single-process
 # baseline (Keras fit in the benchmark's own process) is alone on the machine, so it gets
-# the whole of it: `BASELINE_THREADS` intra-op threads (bench/workloads.py sets them).
+# the whole of it: `BASELINE_THREADS` intra-op and inter-op threads, what TensorFlow picks
+# by itself here (bench/workloads.py sets them).
 BASELINE_THREADS = os.cpu_count() or 1
 THREAD_PINS = {
     "TF_NUM_INTRAOP_THREADS": "1",
@@ -59,6 +63,23 @@ def pin_threads(pins: dict[str, str] | None = None) -> dict[str, str]:
 
 def pinned_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, **THREAD_PINS, "TF_CPP_MIN_LOG_LEVEL": "2", **(extra or {})}
+
+
+@contextlib.contextmanager
+def job_home() -> Iterator[Path]:
+    """A temporary ELASTICDL_NB_HOME for the benchmark's jobs (never the user's
+    ~/.elasticdl-nb), removed afterwards with everything the jobs wrote."""
+    home = Path(tempfile.mkdtemp(prefix="edl-bench-"))
+    before = os.environ.get("ELASTICDL_NB_HOME")
+    os.environ["ELASTICDL_NB_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if before is None:
+            os.environ.pop("ELASTICDL_NB_HOME", None)
+        else:
+            os.environ["ELASTICDL_NB_HOME"] = before
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def log(msg: str) -> None:

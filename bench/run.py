@@ -4,7 +4,8 @@
 
 Each benchmark runs as its own process (a fresh TensorFlow, no state carried between
 them) and writes bench/results/<name>.json (bench/harness.py). This script then writes
-bench/results.json (all of them, with the machine and the code measured), the PNG plots
+bench/results.json (all of them, with the machine and the code measured; with --only,
+the other benchmarks' latest results are kept), the PNG plots
 (bench/plots.py) and the results table between the markers in bench/README.md, and prints
 every ratio. A benchmark that fails is reported as failed; the others still run, and the
 exit status says so.
@@ -66,13 +67,14 @@ def table(results: dict) -> str:
         if "error" in doc:
             lines.append(f"| {name} | — | — | failed: {doc['error'][:120]} | | | |")
             continue
+        when = f"{name}<br>{doc['machine']['date'][:16].replace('T', ' ')}"
         for r in doc["rows"]:
             base = _cell(r["baseline"], r["unit"])
             if r["baseline"]:
                 base = f"{r['baseline_label']}: {base}"
             ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
             lines.append(
-                f"| {name} | {r['case']} | {r['metric']} | {_cell(r['ours'], r['unit'])} "
+                f"| {when} | {r['case']} | {r['metric']} | {_cell(r['ours'], r['unit'])} "
                 f"| {base} | {ratio} | {_verdict(r)} |"
             )
     return "\n".join(lines)
@@ -85,10 +87,11 @@ def write_readme_table(results: dict, machine: dict, command: str) -> None:
     head, rest = text.split(TABLE_BEGIN, 1)
     _, tail = rest.split(TABLE_END, 1)
     body = (
-        f"\n`{command}`, {machine['date']}, code {machine['code']}, {machine['cores']} cores "
-        f"({machine['cpu']}), load average at start {[round(x, 1) for x in machine['loadavg']]}."
-        " Ratio: how many times better than the baseline (ours/baseline for rates, "
-        "baseline/ours for times); median (min–max, n runs).\n\n" + table(results) + "\n"
+        f"\nLatest run of each benchmark (here: `{command}`, {machine['date']}, code "
+        f"{machine['code']}; {machine['cores']} cores, {machine['cpu']}; each benchmark's "
+        "date, code, load and every run are in bench/results.json). Ratio: how many times "
+        "better than the baseline (ours/baseline for rates, baseline/ours for times); "
+        "median (min–max, n runs).\n\n" + table(results) + "\n"
     )
     README.write_text(head + TABLE_BEGIN + body + TABLE_END + tail)
 
@@ -119,12 +122,16 @@ def main() -> int:
             results[name] = {"error": f"exit status {done.returncode}"}
         harness.log(f"=== {name}: {time.perf_counter() - started:.0f} s")
     seconds = time.perf_counter() - t0
-    merged = {"command": command, "seconds": seconds, "machine": machine, "results": results}
-    (harness.ROOT / "bench" / "results.json").write_text(
-        json.dumps(merged, indent=1, default=str) + "\n"
-    )
-    written = plots.draw(results, harness.ROOT / "bench" / "plots")
-    write_readme_table(results, machine, command)
+    # A partial run (--only) replaces its benchmarks' entries and keeps the others; each
+    # entry carries its own date, machine and code state.
+    merged_path = harness.ROOT / "bench" / "results.json"
+    everything = json.loads(merged_path.read_text())["results"] if merged_path.exists() else {}
+    everything.update(results)
+    everything = {n: everything[n] for n in BENCHMARKS if n in everything}
+    merged = {"command": command, "seconds": seconds, "machine": machine, "results": everything}
+    merged_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
+    written = plots.draw(everything, harness.ROOT / "bench" / "plots")
+    write_readme_table(everything, machine, command)
     print()
     for name, doc in results.items():
         for r in doc.get("rows", []):

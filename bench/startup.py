@@ -19,11 +19,8 @@ its inverse).
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import harness
@@ -73,11 +70,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two repetitions")
     args = parser.parse_args()
-    home = tempfile.mkdtemp(prefix="edl-bench-")
-    os.environ["ELASTICDL_NB_HOME"] = home
     t0 = time.perf_counter()
     ours, baseline = [], []
-    try:
+    with harness.job_home():
         w = workloads.workloads(quick=True)["digits"]
         import_tensorflow()  # warm the page cache for both sides
         for rep in range(2 if args.quick else 4):
@@ -85,8 +80,6 @@ def main() -> int:
             harness.log(f"import tensorflow: {baseline[-1]:.2f} s")
             ours.append(first_gradient(w, str(rep)))
             harness.log(f"train() -> first applied gradient: {ours[-1]['seconds']:.2f} s")
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
     rows = [
         harness.row(
             "digits MLP, 1 worker + 1 PS, local backend",

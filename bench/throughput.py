@@ -18,7 +18,7 @@ alternate so that slow phases of a noisy machine hit both sides:
 Each of the job's processes (master, PS, workers) is pinned to one TensorFlow intra-op and
 one inter-op thread (bench/harness.py), so they split the 2 cores instead of
 oversubscribing them; the single-process baseline, alone on the machine, gets 2 intra-op
-threads (it used ~1.0–1.3 cores either way in earlier runs).
+and 2 inter-op threads, TensorFlow's own choice here.
 
 Target (issue 3): ours / fit >= 0.8 for CTR at 1 worker + 1 PS.
 """
@@ -26,10 +26,7 @@ Target (issue 3): ours / fit >= 0.8 for CTR at 1 worker + 1 PS.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 import time
 
 import harness
@@ -95,18 +92,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer epochs, one repetition")
     parser.add_argument("--only", default="digits,ctr,cnn", help="workloads, comma-separated")
     args = parser.parse_args()
-    home = tempfile.mkdtemp(prefix="edl-bench-")
-    os.environ["ELASTICDL_NB_HOME"] = home
     t0 = time.perf_counter()
-    try:
+    with harness.job_home():
         all_workloads = workloads.workloads(args.quick)
         rows, details = [], {}
         for key in args.only.split(","):
             w = all_workloads[key]
             w_rows, details[key] = measure(w, 1 if args.quick else 2, key == "ctr")
             rows += w_rows
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
     harness.write_result(
         "throughput",
         "Training throughput: our PS job vs single-process Keras fit",

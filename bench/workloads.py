@@ -33,9 +33,11 @@ from harness import BASELINE_THREADS, ROOT
 
 import elasticdl_nb as edl
 
-# The single-process baseline runs in this process and gets the whole machine; the
-# environment (inherited by our jobs' processes) keeps the one-thread pins.
+# The single-process baseline runs in this process and gets the whole machine (intra- and
+# inter-op pools as TensorFlow sizes them on its own); the environment, inherited by our
+# jobs' processes, keeps the one-thread pins.
 tf.config.threading.set_intra_op_parallelism_threads(BASELINE_THREADS)
+tf.config.threading.set_inter_op_parallelism_threads(BASELINE_THREADS)
 
 
 @dataclass(frozen=True)
