@@ -162,3 +162,24 @@ def test_checkpoints_are_written_once_per_interval_even_while_updates_race_the_w
     assert len(saved) >= 3
     gaps = [b - a for a, b in zip(saved, saved[1:])]
     assert min(gaps) >= 10, saved  # before the fix: 100, 103, 203, 205, ...
+
+
+def test_a_restored_shard_has_its_row_proxies_grown_already(tmp_path):
+    # A push touching 300 rows grows the proxies (a rebuild and retrace); a PS restored
+    # from a checkpoint of that store starts with proxies that size, so its first push
+    # after a restart does not pay for the rebuild on the request path.
+    store = _store(table_rows=1000)
+    ids = np.arange(300)
+    store.push(0, 0, 0, {}, {"emb": (ids, np.ones((300, 4), np.float32))}, None)
+    grown = store.rows.generation
+    directory = CheckpointDir(tmp_path, 0, keep=1)
+    directory.save(store.snapshot())
+
+    restored = ParameterStore(lambda: keras.optimizers.Adagrad(0.5), 0, 1, True)
+    restored.restore(directory.load_newest()[0])
+    assert restored.rows.capacities == store.rows.capacities
+    np.testing.assert_array_equal(restored.read_rows("emb", ids), store.read_rows("emb", ids))
+    generation = restored.rows.generation
+    restored.push(0, 0, 8, {}, {"emb": (ids, np.ones((300, 4), np.float32))}, None)
+    assert restored.rows.generation == generation  # no rebuild on the first push
+    assert grown > 1

@@ -30,6 +30,7 @@ class CheckpointDir:
             "variables": [],
             "applied": [[e, s, keys] for (e, s), keys in state["applied"].items()],
             "ledger": [[e, s, ranges] for (e, s), ranges in state["ledger"].items()],
+            "row_rows": state.get("row_rows", []),
         }
         for i, spec in enumerate(state["variables"]):
             arrays[f"var{i}"] = spec.value
@@ -78,6 +79,7 @@ class CheckpointDir:
                 "row_optimizer": row_optimizer,
                 "applied": {(e, s): keys for e, s, keys in meta["applied"]},
                 "ledger": {(e, s): ranges for e, s, ranges in meta["ledger"]},
+                "row_rows": meta.get("row_rows", []),  # absent in older checkpoints
             }
             return state, path
         return None

@@ -94,6 +94,10 @@ class RowOptimizer:
             for full, proxy in zip(self.slots[t], self._proxy_slots[t]):
                 full.scatter_update(tf.IndexedSlices(proxy[:n], ids))
 
+    def rows_wanted(self) -> list[int]:
+        """The row counts the proxies were grown for (`ensure_capacity` takes them back)."""
+        return [c - t for t, c in enumerate(self.capacities)]
+
     # ------------------------------------------------------------------ checkpoints
 
     def state(self) -> list[np.ndarray]:

@@ -250,6 +250,7 @@ class ParameterStore:
                 ],
                 "optimizer": [v.numpy() for v in self.optimizer.variables],
                 "row_optimizer": self.rows.state() if self.rows else [],
+                "row_rows": self.rows.rows_wanted() if self.rows else [],
                 "applied": {k: sorted(v) for k, v in self.applied.items()},
                 "ledger": {k: list(v) for k, v in self.ledger.items()},
             }
@@ -261,6 +262,13 @@ class ParameterStore:
                 var.assign(value)
             if self.rows:
                 self.rows.restore(state["row_optimizer"])
+                # Proxies as large as before the restart, so the first push after it does
+                # not rebuild (and retrace) them on the request path.
+                if state.get("row_rows"):
+                    self.rows.ensure_capacity(state["row_rows"])
+                if self.rows.generation != self._step_generation:
+                    self._step = self._compile_step()
+                    self._step_generation = self.rows.generation
             self.version = state["version"]
             self.applied = defaultdict(set, {k: set(v) for k, v in state["applied"].items()})
             self.ledger = defaultdict(
