@@ -183,3 +183,14 @@ def test_a_restored_shard_has_its_row_proxies_grown_already(tmp_path):
     restored.push(0, 0, 8, {}, {"emb": (ids, np.ones((300, 4), np.float32))}, None)
     assert restored.rows.generation == generation  # no rebuild on the first push
     assert grown > 1
+
+
+def test_row_proxies_start_as_large_as_a_minibatch():
+    store = ParameterStore(lambda: keras.optimizers.Adagrad(0.5), 0, 1, minibatch_size=256)
+    store.init([VariableSpec("emb", np.zeros((1000, 4), np.float32), True, 1000)])
+    generation = store.rows.generation
+    ids = np.arange(256)
+    store.push(0, 0, 0, {}, {"emb": (ids, np.ones((256, 4), np.float32))}, None)
+    assert store.rows.generation == generation  # the first full minibatch fits
+    # Adagrad: lr * g / sqrt(initial accumulator 0.1 + g^2)
+    np.testing.assert_allclose(store.read_rows("emb", ids), -0.5 / np.sqrt(1.1), rtol=1e-5)

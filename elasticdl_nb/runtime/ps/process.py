@@ -81,7 +81,9 @@ def main() -> None:
     spec = JobSpec.from_json(env.spec_path.read_text())
     contract = load_bundle(env.bundle_dir)
 
-    store = ParameterStore(contract.optimizer, ps_id, spec.ps, spec.record_ledger)
+    store = ParameterStore(
+        contract.optimizer, ps_id, spec.ps, spec.record_ledger, spec.minibatch_size
+    )
     directory = CheckpointDir(env.checkpoint_dir, ps_id, spec.keep_checkpoints)
     restored_version = -1
     newest = directory.load_newest()

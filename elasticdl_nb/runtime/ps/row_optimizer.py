@@ -29,13 +29,20 @@ def _capacity(rows: int, index: int) -> int:
 
 
 class RowOptimizer:
-    def __init__(self, make_optimizer: Callable[[], object], tables: list[tf.Variable]):
+    def __init__(
+        self,
+        make_optimizer: Callable[[], object],
+        tables: list[tf.Variable],
+        expected_rows: int = 64,
+    ):
+        """`expected_rows`: rows a step is expected to touch per table (the proxies' first
+        size; they grow when a step touches more)."""
         self._make_optimizer = make_optimizer
         self.tables = tables
         self.slots: list[list[tf.Variable]] = []  # per table, per slot kind: full size
         self.scalars: list[np.ndarray] = []  # iteration, learning rate, ... carried over
         self.generation = 0  # bumped by every (re)build of the proxies
-        self._build([64] * len(tables))
+        self._build([expected_rows] * len(tables))
 
     @staticmethod
     def supports(make_optimizer: Callable[[], object]) -> bool:

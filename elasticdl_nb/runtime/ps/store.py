@@ -50,8 +50,12 @@ class ParameterStore:
         ps_id: int,
         num_ps: int,
         record_ledger: bool = False,
+        minibatch_size: int = 64,
     ):
         self._make_optimizer = make_optimizer
+        # A minibatch usually looks up one row per example per table: the row proxies start
+        # that large, so the first push does not rebuild (and retrace) them.
+        self._expected_rows = minibatch_size
         self.ps_id = ps_id
         self.num_ps = num_ps
         self.record_ledger = record_ledger
@@ -89,7 +93,7 @@ class ParameterStore:
         # Tables get the optimizer row by row when it allows (see row_optimizer.py);
         # otherwise the main optimizer updates them whole.
         self.rows = (
-            RowOptimizer(self._make_optimizer, self._table_vars)
+            RowOptimizer(self._make_optimizer, self._table_vars, self._expected_rows)
             if self._table_vars and RowOptimizer.supports(self._make_optimizer)
             else None
         )
