@@ -32,12 +32,6 @@ import workloads  # noqa: E402  (after the pins: it imports TensorFlow)
 WORKERS = (1, 2, 4)
 
 
-def communication_share(run: dict) -> float | None:
-    timings = run.get("worker_time") or []
-    total = sum(t["task_s"] for t in timings)
-    return sum(t["wait_s"] for t in timings) / total if total else None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one repetition")
@@ -52,7 +46,6 @@ def main() -> int:
                 harness.log(f"CTR, {w} workers + 1 PS, run {rep + 1}")
                 try:
                     run = workloads.run_job(ctr, w, f"scale{rep}")
-                    run["communication_share"] = communication_share(run)
                     harness.log(
                         f"  -> {run['samples_per_s']:,.0f} samples/s, communication "
                         f"{run['communication_share']:.0%}"
@@ -85,8 +78,6 @@ def main() -> int:
                 higher_is_better=False,
             )
         )
-    for r in (r for rs in runs.values() for r in rs):
-        r.pop("worker_time", None)  # summarized above; thousands of entries otherwise
     harness.write_result(
         "scaling",
         "Scaling curve: CTR with 1, 2, 4 workers and 1 PS",

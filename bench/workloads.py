@@ -229,8 +229,12 @@ def run_job(w: Workload, workers: int, tag: str, ps: int = 1, **options: Any) ->
         raise RuntimeError(f"job {name} ended {status.get('state')}: {status.get('error')}")
     events = list(job.events(follow=False))
     out = steady_state(events, workers, w.batch)
+    timings = [e.data for e in events if e.kind == "worker_time"]
+    task_s = sum(t["task_s"] for t in timings)
     out.update(
         job=name, wall_s=time.perf_counter() - t0, loadavg_1m=os.getloadavg()[0],
-        worker_time=[e.data for e in events if e.kind == "worker_time"],
+        # Of the workers' time on training tasks, the share spent blocked on PS replies.
+        communication_share=sum(t["wait_s"] for t in timings) / task_s if task_s else None,
+        compute_share=sum(t["compute_s"] for t in timings) / task_s if task_s else None,
     )
     return out
