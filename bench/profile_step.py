@@ -217,7 +217,7 @@ class _Reporter:
     def batch_done(self, task_id, start, loss, ps_versions):
         self.batches += 1
 
-    def task_done(self, task_id, metric_states=None, timing=None):
+    def task_done(self, task_id, metric_states=None, timing=None, wait=True):
         pass
 
 
@@ -279,6 +279,7 @@ def run_tasks(
         done += per_task
         task_id += 1
         start += span
+    trainer.flush_unsent()  # the last task's last push (sent with the next pull otherwise)
     return epoch + 1
 
 

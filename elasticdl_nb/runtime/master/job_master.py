@@ -120,6 +120,10 @@ class JobMaster:
                 task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
                 if task is not None:
                     return task.to_message()
+                if self.queue.holds(worker_id):
+                    # It still holds a task whose last push it sends with its next pull:
+                    # no more work now, so it sends that push first (and may end the epoch).
+                    return pb.Task(type=pb.NONE, wait_seconds=0.05)
                 self._wake.set()
                 left = deadline - time.monotonic()
                 if left <= 0:

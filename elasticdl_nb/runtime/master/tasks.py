@@ -141,6 +141,10 @@ class TaskQueue:
         self.doing[task.task_id] = Assignment(worker_id, task)
         return task
 
+    def holds(self, worker_id: int) -> bool:
+        """Whether the worker has a task handed out and not finished."""
+        return any(a.worker_id == worker_id for a in self.doing.values())
+
     def report(self, task_id: int, starts: list[int]) -> list[int]:
         """Record reported minibatches; returns the ones that were not known done yet."""
         assignment = self.doing.get(task_id)

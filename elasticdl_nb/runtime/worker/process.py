@@ -52,9 +52,14 @@ def main() -> None:
 def _serve(master, worker_id: int, trainer, reporter: Reporter) -> None:
     while not reporter.stop_requested.is_set():
         task = master.GetTask(pb.GetTaskRequest(worker_id=worker_id), timeout=30)
+        # The previous training task's last push waits for the next training task's first
+        # pull; anything else sends it first.
+        if task.type != pb.TRAINING and trainer.flush_unsent() and task.type == pb.NONE:
+            continue  # that push may have completed the epoch: ask again at once
         if task.type == pb.FINISHED:
             return
         if task.type == pb.NONE:
             time.sleep(task.wait_seconds or 0.2)
             continue
         trainer.run(task)
+    trainer.flush_unsent()

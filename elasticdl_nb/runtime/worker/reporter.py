@@ -22,6 +22,7 @@ class Reporter:
         self._pending: dict[int, pb.ProgressReport] = {}
         self.stop_requested = threading.Event()
         self._closed = threading.Event()
+        self._send_soon = threading.Event()  # wakes the background thread before `interval`
         self._thread = threading.Thread(target=self._loop, daemon=True, name="reporter")
         self._thread.start()
 
@@ -40,9 +41,14 @@ class Reporter:
             report.ps_versions[:] = ps_versions
 
     def task_done(
-        self, task_id: int, metric_states=None, timing: pb.TaskTiming | None = None
+        self,
+        task_id: int,
+        metric_states=None,
+        timing: pb.TaskTiming | None = None,
+        wait: bool = True,
     ) -> None:
-        """Send everything about the task now and wait for the master to have it."""
+        """Send everything about the task now: and wait for the master to have it, or
+        (`wait=False`, mid-training) hand it to the background thread at once."""
         with self._lock:
             report = self._report(task_id)
             report.task_done = True
@@ -50,7 +56,10 @@ class Reporter:
                 report.timing.CopyFrom(timing)
             for state in metric_states or ():
                 report.metric_states.append(state)
-        self.flush()
+        if wait:
+            self.flush()
+        else:
+            self._send_soon.set()
 
     def error(self, message: str, user_code: bool) -> None:
         try:
@@ -84,7 +93,9 @@ class Reporter:
                 self.stop_requested.set()
 
     def _loop(self) -> None:
-        while not self._closed.wait(self.interval):
+        while not self._closed.is_set():
+            self._send_soon.wait(self.interval)
+            self._send_soon.clear()
             try:
                 self.flush()
             except Exception:  # noqa: BLE001 - the main loop sees the master gone on GetTask
@@ -92,5 +103,6 @@ class Reporter:
 
     def close(self) -> None:
         self._closed.set()
+        self._send_soon.set()
         self._thread.join(timeout=5)
         self.flush()

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -41,6 +42,17 @@ def _user_code_error(exc: BaseException) -> UserCodeError:
     return UserCodeError("".join(traceback.format_exception(exc)).strip())
 
 
+@dataclass
+class _Computed:
+    """A minibatch's gradients, computed and not yet sent, and the task they belong to."""
+
+    task: pb.Task
+    push: PushPayload
+    loss: float
+    timing: pb.TaskTiming  # the task's, reported with its task_done
+    ends_task: bool = False  # the task's last minibatch: its push completes the task
+
+
 class Trainer:
     def __init__(self, env: ProcessEnv, worker_id: int, reporter: Reporter):
         self.env, self.worker_id, self.reporter = env, worker_id, reporter
@@ -54,6 +66,9 @@ class Trainer:
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
         self.ps = PsClient(env.ps_addrs, env.token)
+        # The last push of the previous training task: it travels with the first pull of
+        # the next one (exact mode), so a task boundary costs no extra round trip.
+        self._unsent: _Computed | None = None
 
     def run(self, task: pb.Task) -> None:
         try:
@@ -87,7 +102,9 @@ class Trainer:
         Each step's push travels with the pull for a later step: the next one (exact), or,
         with `overlap_communication`, the one after, sent before this step computes so the
         PS works meanwhile (parameters are then one update old). The ids a pull needs are
-        probed `ahead` minibatches early, inside the train call of an earlier step.
+        probed `ahead` minibatches early, inside the train call of an earlier step. In
+        exact mode the task's last push stays unsent (`_unsent`) until the next task's
+        first pull or `flush_unsent`; the task is reported done once it is applied.
         """
         overlap = self.spec.overlap_communication
         ahead = 2 if overlap else 1
@@ -112,17 +129,19 @@ class Trainer:
             timing.wait_seconds += time.perf_counter() - t0
             return answer
 
+        if overlap:
+            self.flush_unsent()
         fill()
         for entry in list(window)[:ahead]:
             entry[1] = self.runner.probe_ids(entry[0].features)
         in_flight = None  # (exchange on its way, the push it carries)
         if overlap and window:
             in_flight = (self._start(None, window[0][1]), None)
-        last: tuple[PushPayload, float] | None = None  # computed, not yet sent
+        last, self._unsent = self._unsent, None  # computed, not yet sent
         while window and not self.reporter.stop_requested.is_set():
             batch, ids = window.popleft()
             fill()
-            push = last[0] if last else None
+            push = last.push if last else None
             if overlap:
                 handle, carried = in_flight
                 dense, rows = reply(handle)
@@ -131,7 +150,7 @@ class Trainer:
                 dense, rows = reply(self._start(push, ids))
                 carried = last
             if carried:
-                self._batch_pushed(task, *carried)
+                self._applied(carried)
             target = window[ahead - 1] if len(window) >= ahead else None
             t0 = time.perf_counter()
             grads = self.runner.train_step(
@@ -141,28 +160,47 @@ class Trainer:
             timing.minibatches += 1
             if target:
                 target[1] = grads.next_ids
-            last = (
-                PushPayload(
-                    task.epoch,
-                    r.source,
-                    batch.start,
-                    batch.end,
-                    grads.dense,
-                    grads.tables,
-                    self.spec.record_ledger,
-                ),
-                grads.loss,
+            payload = PushPayload(
+                task.epoch,
+                r.source,
+                batch.start,
+                batch.end,
+                grads.dense,
+                grads.tables,
+                self.spec.record_ledger,
             )
+            last = _Computed(task, payload, grads.loss, timing)
         if in_flight is not None:
             reply(in_flight[0])
             if in_flight[1]:
-                self._batch_pushed(task, *in_flight[1])
-        if last:  # the last push: what comes back keeps the local model current
-            self.runner.load(*reply(self._start(last[0], {})))
-            self._batch_pushed(task, *last)
+                self._applied(in_flight[1])
         timing.task_seconds = time.perf_counter() - t_task
-        if not self.reporter.stop_requested.is_set():
-            self.reporter.task_done(task.task_id, timing=timing)
+        if last is None or last.task is not task:  # no minibatch of this task was computed
+            self._unsent = last  # (the previous task's, if the loop never ran)
+            if not self.reporter.stop_requested.is_set():
+                self.reporter.task_done(task.task_id, timing=timing, wait=False)
+            return
+        last.ends_task = True
+        self._unsent = last
+        if overlap or self.reporter.stop_requested.is_set():
+            self.flush_unsent()
+
+    def flush_unsent(self) -> bool:
+        """Send the unsent last push of the previous training task, if there is one (before
+        anything that is not the next training task); returns whether there was one."""
+        computed, self._unsent = self._unsent, None
+        if computed is None:
+            return False
+        # What comes back keeps the local model current.
+        self.runner.load(*self._start(computed.push, {}).result())
+        self._applied(computed, wait=True)
+        return True
+
+    def _applied(self, computed: _Computed, wait: bool = False) -> None:
+        """A push went through: report its minibatch, and its task if it was the last."""
+        self._batch_pushed(computed.task, computed.push, computed.loss)
+        if computed.ends_task and not self.reporter.stop_requested.is_set():
+            self.reporter.task_done(computed.task.task_id, timing=computed.timing, wait=wait)
 
     def _start(self, push: PushPayload | None, ids: dict):
         return self.ps.start_exchange(push, ids, self.runner.variable_values)
