@@ -13,4 +13,12 @@ from elasticdl_nb.spec import JobSpec, SpecError
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext elasticdl_nb`: the `%elasticdl` magics (see elasticdl_nb/magics/)."""
+    from elasticdl_nb.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
 __all__ = ["Job", "JobFailed", "JobSpec", "Mode", "SpecError", "attach", "jobs", "train"]

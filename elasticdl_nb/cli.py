@@ -62,23 +62,30 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the one-minibatch check before launching",
     )
-    commands.add_parser("list", help="list local jobs")
+    add_job_commands(commands)
+    return parser
+
+
+def add_job_commands(commands) -> dict[str, argparse.ArgumentParser]:
+    """The commands on existing jobs, shared by the CLI and the `%elasticdl` magic."""
+    parsers = {"list": commands.add_parser("list", help="list local jobs")}
     for name, text in (
         ("status", "a job's status"),
         ("wait", "follow a job to its end"),
         ("stop", "stop a job"),
         ("events", "print a job's journal"),
     ):
-        commands.add_parser(name, help=text).add_argument("name")
-    scale = commands.add_parser("scale", help="change a job's number of workers")
+        parsers[name] = commands.add_parser(name, help=text)
+        parsers[name].add_argument("name")
+    scale = parsers["scale"] = commands.add_parser("scale", help="change a job's number of workers")
     scale.add_argument("name")
     scale.add_argument("--workers", type=int, required=True)
-    logs = commands.add_parser("logs", help="print a process's log")
+    logs = parsers["logs"] = commands.add_parser("logs", help="print a process's log")
     logs.add_argument("name")
     logs.add_argument("--role", default="master", choices=("master", "worker", "ps"))
     logs.add_argument("--index", type=int, default=0)
     logs.add_argument("--tail", type=int, default=None)
-    return parser
+    return parsers
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,67 @@
+"""`%elasticdl` line magics in a real IPython shell, against a real local job."""
+
+from __future__ import annotations
+
+import pytest
+from IPython.testing.globalipapp import start_ipython
+
+from tests.conftest import job_processes
+from tests.integration.faults import wait_for, wait_for_step
+from tests.integration.models import digits_job
+
+
+@pytest.fixture(scope="module")
+def shell():
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "elasticdl_nb")
+    return ip
+
+
+def test_help_and_bad_command_lines_print_usage_and_the_reason_without_a_traceback(
+    shell, job_home, capsys
+):
+    assert shell.run_line_magic("elasticdl", "-h") is None
+    out = capsys.readouterr()
+    assert "usage: %elasticdl" in out.out and "attach" in out.out and "scale" in out.out
+
+    assert shell.run_line_magic("elasticdl", "scale somejob") is None
+    err = capsys.readouterr().err
+    assert "usage: %elasticdl scale" in err
+    assert "the following arguments are required: --workers" in err
+    assert "Traceback" not in err
+
+    assert shell.run_line_magic("elasticdl", "frobnicate") is None
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+    assert shell.run_line_magic("elasticdl", "attach no-such-job") is None
+    assert "No job named 'no-such-job'" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_list_attach_scale_logs_and_stop_a_running_job(shell, job_home, capsys, monkeypatch):
+    from tests.integration.test_faults import _paced_loss
+
+    job, _, _ = digits_job(workers=1, epochs=30, loss=_paced_loss)
+    wait_for_step(job, 5)
+    shell.user_ns["job_name"] = job.name
+
+    shell.run_line_magic("elasticdl", "list")
+    assert job.name in capsys.readouterr().out
+
+    attached = shell.run_line_magic("elasticdl", "attach {job_name}")  # expanded by IPython
+    assert attached.name == job.name and attached.status()["state"] == "running"
+
+    shell.run_line_magic("elasticdl", f"scale {job.name} --workers 2")
+    wait_for(lambda: job.status()["workers"] == 2, 120, "two workers")
+
+    shell.run_line_magic("elasticdl", f"logs {job.name} --role worker --index 0 --tail 50")
+    assert "worker" in capsys.readouterr().out
+
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert shell.run_line_magic("elasticdl", f"stop {job.name}") is None
+    assert "not stopped" in capsys.readouterr().out
+    assert job.status()["state"] == "running"
+
+    final = shell.run_line_magic("elasticdl", f"stop {job.name} -f")
+    assert final["state"] == "stopped"
+    wait_for(lambda: job_processes(job_home) == [], 30, "no process left")
