@@ -119,10 +119,30 @@ def _sources(functions: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     for name, fn in functions.items():
         code = getattr(fn, "__code__", None)
         lines = linecache.getlines(code.co_filename) if code else []
-        if lines:
+        if lines and _defines(lines, code):
             where[name] = code.co_filename
             files[code.co_filename] = "".join(lines)
     return {"files": files, "functions": where}
+
+
+def _defines(lines: list[str], code) -> bool:
+    """Whether `lines` still hold the function where its code says it starts. A module
+    file edited after it was imported no longer does; shipping that text would make
+    AutoGraph convert other code than the function's (without a source, it leaves the
+    function unconverted, which is right for everything but Python control flow on
+    tensors)."""
+    first = code.co_firstlineno - 1
+    if first >= len(lines):
+        return False
+    if code.co_name == "<lambda>":
+        return "lambda" in lines[first]
+    if not lines[first].lstrip().startswith(("@", "def ", "async def ")):
+        return False
+    for line in lines[first : first + 50]:  # past the decorators, to the def itself
+        text = line.lstrip()
+        if text.startswith(("def ", "async def ")):
+            return text.split("def ", 1)[1].startswith(f"{code.co_name}(")
+    return False
 
 
 def _restore_sources(namespace: dict[str, Any], sources: dict[str, dict[str, str]]) -> None:

@@ -75,3 +75,21 @@ def test_functions_serialized_by_another_python_are_refused(tmp_path):
     (tmp_path / "bundle" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="python 3.9 but this process runs python 3.11"):
         load_bundle(tmp_path / "bundle")
+
+
+def test_a_module_file_edited_after_import_does_not_ship_the_wrong_source(tmp_path):
+    import importlib.util
+
+    from elasticdl_nb.model.bundle import _sources
+
+    path = tmp_path / "edited_zoo.py"
+    path.write_text("def loss(labels, predictions):\n    return labels - predictions\n")
+    spec = importlib.util.spec_from_file_location("edited_zoo", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert _sources({"loss": module.loss})["functions"] == {"loss": str(path)}
+
+    # Lines added above it: the code object's line 1 is now a comment, not its def.
+    path.write_text("# a\n# b\n# c\n" + path.read_text())
+    linecache.checkcache(str(path))
+    assert _sources({"loss": module.loss})["functions"] == {}
