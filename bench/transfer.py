@@ -144,16 +144,9 @@ class SocketClient:
 
 def stop(*procs: subprocess.Popen) -> None:
     """SIGTERM all, then SIGKILL whatever is still there after 10 s."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    from elasticdl_nb.backends.local.processes import terminate
+
+    terminate(list(procs), 10)
 
 
 def free_port() -> int:

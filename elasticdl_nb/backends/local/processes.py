@@ -100,13 +100,19 @@ class LocalProcesses:
         """SIGTERM everything, then SIGKILL what is still there after the grace period."""
         with self._lock:
             procs = list(self._procs.values())
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + grace_seconds
-        for proc in procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(procs, grace_seconds)
+
+
+def terminate(procs: list[subprocess.Popen], grace_seconds: float) -> None:
+    """SIGTERM every live process, then SIGKILL whichever is still there after the grace
+    period (one deadline for all of them)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace_seconds
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
