@@ -40,7 +40,7 @@ def loss(labels, predictions):
 def optimizer():
     import keras
 
-    return keras.optimizers.Adam(0.005)
+    return keras.optimizers.Adam(0.002)
 
 
 def eval_metrics_fn():
