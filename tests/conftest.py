@@ -38,3 +38,15 @@ def job_home(tmp_path, monkeypatch):
 
     for record in registry.all_jobs():
         submit.kill_job(record, grace_seconds=2)
+
+
+@pytest.fixture(scope="session")
+def ipython_shell():
+    """One real IPython shell for the session, with `%load_ext elasticdl_nb` done
+    (IPython's test shell can be started only once per process)."""
+    from IPython import get_ipython
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython() or get_ipython()
+    shell.run_line_magic("load_ext", "elasticdl_nb")
+    return shell

@@ -3,15 +3,15 @@
 Two kinds, recorded in `manifest.json` with the versions that made it:
 - `module`: an ElasticDL model-zoo file or package, copied as source; `model_def` names
   the function ('package.module.custom_model');
-- `functions`: contract functions given in memory (a notebook, a script), serialized by
-  value with cloudpickle, which ties the bundle to the same Python and TensorFlow.
+- `captured`: functions or a Keras model given in memory (a notebook, a script), turned
+  into a module by `elasticdl_nb.capture`; what it pickled ties it to the same Python
+  and TensorFlow, which the manifest lists under `requires`.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import linecache
 import platform
 import shutil
 import sys
@@ -51,24 +51,20 @@ def write_bundle(
     model_zoo: str = "",
     model_def: str = "",
     functions: Mapping[str, Any] | None = None,
+    namespace: Mapping[str, Any] | None = None,
+    limit: int = 100 * 2**20,
 ) -> dict[str, Any]:
-    """Write a bundle into `dest` (created) from a model zoo or from functions."""
+    """Write a bundle into `dest` (created) from a model zoo, or from the contract
+    functions (`custom_model` may be a Keras model) and the namespace they come from."""
     dest.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, Any] = {"format": FORMAT, **_versions()}
     if functions is not None:
-        import cloudpickle
+        from elasticdl_nb.capture import module_file
+        from elasticdl_nb.capture.collect import collect
 
-        try:
-            payload = cloudpickle.dumps(dict(functions))
-        except Exception as exc:  # what cannot be pickled is named in the message
-            raise BundleError(
-                f"Cannot serialize the model functions: {exc}. Define them at "
-                "the top level of the notebook or script, or put them in a "
-                "model-zoo file and pass model_zoo=/model_def=."
-            ) from exc
-        (dest / "functions.pkl").write_bytes(payload)
-        (dest / "sources.json").write_text(json.dumps(_sources(functions)))
-        manifest.update(kind="functions", model_def="custom_model")
+        captured = collect(functions, namespace)
+        manifest.update(kind="captured", **module_file.write(captured, dest / "source", limit))
+        (dest / "captured.txt").write_text(captured.summary() + "\n")
     else:
         zoo = Path(model_zoo).expanduser().resolve()
         if not zoo.exists():
@@ -107,55 +103,6 @@ def write_bundle(
     return manifest
 
 
-def _sources(functions: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """Where each function was defined, and the text of those files (or notebook cells).
-
-    Functions travel by value without their source (cloudpickle even renames their file
-    to '<dynamic-code>'), and TensorFlow's AutoGraph reads a function's source to
-    convert its Python control flow: with this, the contract functions convert in the
-    job exactly as they do in the notebook."""
-    files: dict[str, str] = {}
-    where: dict[str, str] = {}
-    for name, fn in functions.items():
-        code = getattr(fn, "__code__", None)
-        lines = linecache.getlines(code.co_filename) if code else []
-        if lines and _defines(lines, code):
-            where[name] = code.co_filename
-            files[code.co_filename] = "".join(lines)
-    return {"files": files, "functions": where}
-
-
-def _defines(lines: list[str], code) -> bool:
-    """Whether `lines` still hold the function where its code says it starts. A module
-    file edited after it was imported no longer does; shipping that text would make
-    AutoGraph convert other code than the function's (without a source, it leaves the
-    function unconverted, which is right for everything but Python control flow on
-    tensors)."""
-    first = code.co_firstlineno - 1
-    if first >= len(lines):
-        return False
-    if code.co_name == "<lambda>":
-        return "lambda" in lines[first]
-    if not lines[first].lstrip().startswith(("@", "def ", "async def ")):
-        return False
-    for line in lines[first : first + 50]:  # past the decorators, to the def itself
-        text = line.lstrip()
-        if text.startswith(("def ", "async def ")):
-            return text.split("def ", 1)[1].startswith(f"{code.co_name}(")
-    return False
-
-
-def _restore_sources(namespace: dict[str, Any], sources: dict[str, dict[str, str]]) -> None:
-    for filename, text in sources["files"].items():
-        if not linecache.getlines(filename):
-            # mtime None: linecache never drops the entry for a file it cannot stat.
-            linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-    for name, filename in sources["functions"].items():
-        fn = namespace.get(name)
-        if fn is not None and hasattr(fn, "__code__"):
-            fn.__code__ = fn.__code__.replace(co_filename=filename)
-
-
 def load_bundle(path: Path) -> ModelContract:
     """Load the contract from a bundle, refusing one this process cannot honour."""
     manifest = json.loads((path / "manifest.json").read_text())
@@ -166,28 +113,26 @@ def load_bundle(path: Path) -> ModelContract:
             "on both sides."
         )
     here = _versions()
-    if manifest["kind"] == "functions":
-        for key in ("python", "tensorflow"):
-            if manifest[key] != here[key]:
-                raise BundleError(
-                    f"The model functions were serialized with {key} "
-                    f"{manifest[key]} but this process runs {key} {here[key]}. "
-                    "Functions travel by value and need the same version on both "
-                    "sides: align the versions or use a model-zoo file."
-                )
-        import cloudpickle
-
-        namespace = cloudpickle.loads((path / "functions.pkl").read_bytes())
-        sources = path / "sources.json"
-        if sources.exists():
-            _restore_sources(namespace, json.loads(sources.read_text()))
-        return ModelContract.from_namespace(namespace, where="the functions given to train()")
+    for key in manifest.get("requires", []):
+        if manifest[key] != here[key]:
+            raise BundleError(
+                f"The model was captured with {key} {manifest[key]} but this process runs "
+                f"{key} {here[key]}. Its pickled values and Keras weights need the same "
+                f"{key} on both sides: align the versions, or define the model in a "
+                "model-zoo file (model_zoo=, model_def=), which travels as source."
+            )
     install_elasticdl_compat()
     source = str(path / "source")
+    module_name, fn_name = manifest["model_def"].rsplit(".", 1)
+    where = f"model-zoo module '{module_name}'"
+    if manifest["kind"] == "captured":
+        # A notebook launches many jobs: each must get its own captured module, never
+        # the one an earlier job's check left in sys.modules or on sys.path.
+        sys.modules.pop(module_name, None)
+        if source in sys.path:
+            sys.path.remove(source)
+        where = "the captured model"
     if source not in sys.path:
         sys.path.insert(0, source)
-    module_name, fn_name = manifest["model_def"].rsplit(".", 1)
     module = importlib.import_module(module_name)
-    return ModelContract.from_namespace(
-        vars(module), fn_name, where=f"model-zoo module '{module_name}'"
-    )
+    return ModelContract.from_namespace(vars(module), fn_name, where=where)

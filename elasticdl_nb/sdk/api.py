@@ -37,7 +37,7 @@ def _default_name(model: Any, spec: JobSpec) -> str:
     if spec.model_def:
         base = spec.model_def.split(".")[0]
     else:
-        base = getattr(model, "__name__", "job")
+        base = getattr(model, "__name__", None) or getattr(model, "name", "job")  # a Keras model
     base = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")[:20] or "job"
     return f"{base}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
@@ -133,6 +133,7 @@ def train(
             model_zoo=spec.model_zoo,
             model_def=spec.model_def,
             functions=functions,
+            limit=spec.bundle_limit_mb * 2**20,
         )
         if check:
             from elasticdl_nb.sdk.preflight import check_one_batch

@@ -43,6 +43,12 @@ class JobSpec:
     # The model: an ElasticDL model-zoo module, or functions given to the SDK.
     model_def: str = _opt("", "The model function as 'module.custom_model' (with --model-zoo).")
     model_zoo: str = _opt("", "The .py file or directory that holds the model-zoo module.")
+    bundle_limit_mb: int = _opt(
+        100,
+        "Largest model bundle in MB: the values, Keras weights and local modules a "
+        "notebook's model is captured with.",
+        minimum=1,
+    )
     # Data.
     data: list[str] = _opt(
         [],

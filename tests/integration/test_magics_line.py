@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from IPython.testing.globalipapp import start_ipython
 
 from tests.conftest import job_processes
 from tests.integration.faults import wait_for, wait_for_step
@@ -11,10 +10,8 @@ from tests.integration.models import digits_job
 
 
 @pytest.fixture(scope="module")
-def shell():
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "elasticdl_nb")
-    return ip
+def shell(ipython_shell):
+    return ipython_shell
 
 
 def test_help_and_bad_command_lines_print_usage_and_the_reason_without_a_traceback(

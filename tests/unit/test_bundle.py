@@ -66,30 +66,40 @@ def test_a_model_def_naming_a_missing_module_is_refused(tmp_path):
         )
 
 
-def test_functions_serialized_by_another_python_are_refused(tmp_path):
+def _with_python(bundle, version):
     import json
 
-    write_bundle(tmp_path / "bundle", functions=_notebook_functions())
-    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
-    manifest["python"] = "3.9"
-    (tmp_path / "bundle" / "manifest.json").write_text(json.dumps(manifest))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["python"] = version
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_pickled_values_from_another_python_are_refused_source_alone_is_not(tmp_path):
+    functions = _notebook_functions()
+    write_bundle(tmp_path / "source", functions=functions)
+    _with_python(tmp_path / "source", "3.9")
+    assert load_bundle(tmp_path / "source").optimizer().__class__.__name__ == "SGD"
+
+    functions["optimizer"] = lambda: None  # a lambda has no source of its own: pickled
+    write_bundle(tmp_path / "pickled", functions=functions)
+    _with_python(tmp_path / "pickled", "3.9")
     with pytest.raises(BundleError, match="python 3.9 but this process runs python 3.11"):
-        load_bundle(tmp_path / "bundle")
+        load_bundle(tmp_path / "pickled")
 
 
 def test_a_module_file_edited_after_import_does_not_ship_the_wrong_source(tmp_path):
     import importlib.util
 
-    from elasticdl_nb.model.bundle import _sources
+    from elasticdl_nb.capture.autograph import sources_of
 
     path = tmp_path / "edited_zoo.py"
     path.write_text("def loss(labels, predictions):\n    return labels - predictions\n")
     spec = importlib.util.spec_from_file_location("edited_zoo", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert _sources({"loss": module.loss})["functions"] == {"loss": str(path)}
+    assert sources_of({"loss": module.loss})["functions"] == {"loss": str(path)}
 
     # Lines added above it: the code object's line 1 is now a comment, not its def.
     path.write_text("# a\n# b\n# c\n" + path.read_text())
     linecache.checkcache(str(path))
-    assert _sources({"loss": module.loss})["functions"] == {}
+    assert sources_of({"loss": module.loss})["functions"] == {}
