@@ -30,6 +30,7 @@ BENCHMARKS = [
     "recovery",
     "startup",
     "event_path",
+    "widget_path",
     "scaling",
     "profile_step",
 ]

@@ -25,6 +25,10 @@ def format_progress(data: dict) -> str:
     )
 
 
+def _number(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) else str(value)
+
+
 def describe(event: Event) -> str | None:
     """One line for a notable event, or None for routine ones."""
     d = event.data
@@ -34,6 +38,8 @@ def describe(event: Event) -> str | None:
         return f"{d['role']} {d['id']} {d.get('reason') or d['kind']}"
     if event.kind == "relaunch":
         return f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
+    if event.kind == "relaunch_refused":
+        return f"not relaunching {d['role']} {d['id']}: {d['reason']}"
     if event.kind == "requeue" and d.get("batches"):
         return f"re-queued {d['batches']} minibatches of epoch {d.get('epoch', 0) + 1}"
     if event.kind == "ps_restored":
@@ -44,10 +50,15 @@ def describe(event: Event) -> str | None:
     if event.kind == "scale" and d["workers_from"] != d["workers_to"]:
         return f"scaling workers {d['workers_from']} -> {d['workers_to']}"
     if event.kind == "evaluation":
-        metrics = ", ".join(f"{k} {v:.4f}" for k, v in d["metrics"].items())
+        metrics = ", ".join(f"{k} {_number(v)}" for k, v in d["metrics"].items())
         return f"evaluation at step {d['step']}: {metrics}"
     if event.kind == "export":
         return f"model exported to {d['path']}"
+    if event.kind == "checkpoint":
+        versions = ", ".join(str(v) for v in d.get("versions", []))
+        return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"
+    if event.kind == "phase":
+        return f"phase: {d['phase']}"
     if event.kind == "job_state" and d["state"] != "running":
         reason = f": {d['reason']}" if d.get("reason") else ""
         return f"job {d['state']}{reason}"

@@ -1,0 +1,317 @@
+"""`JobView`: what the dashboard shows, folded from the job's event journal.
+
+No widgets here: `JobView.apply(event)` takes journal events one by one (README, "The
+event journal") and keeps the header, the progress, the instances, a bounded event log
+and the loss and evaluation curves. Everything it shows is derived from events, so
+replaying the journal from seq 0 (reattaching after a kernel restart) rebuilds exactly
+the view that following the job live had built. Times come from the events' own stamps;
+only "now" (for the elapsed time and the ETA of a running job) is passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from elasticdl_nb.runtime.master.journal import Event
+from elasticdl_nb.sdk.progress import describe
+from elasticdl_nb.widgets.series import Series
+
+TERMINAL = ("succeeded", "failed", "stopped")
+# Instance kinds after which the process is gone (backends/instance_event.py).
+ENDED = ("succeeded", "failed", "killed", "preempted", "oom", "deleted")
+PROGRESS_FIELDS = (
+    "epoch",
+    "epochs",
+    "step",
+    "records_done",
+    "records_per_epoch",
+    "records_per_second",
+)
+
+
+class JobLike(Protocol):
+    """What the dashboard needs of a job; `elasticdl_nb.Job` has it all (and `dir`, whose
+    spec.json gives the backend, the epochs and the workers, when there is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def events(
+        self, from_seq: int = 0, follow: bool = True, timeout: float | None = None
+    ) -> Iterator[Event]: ...
+
+    def scale(self, workers: int) -> dict: ...
+
+    def stop(self) -> dict: ...
+
+
+@dataclass
+class InstanceRow:
+    """One worker or PS as the journal last described it."""
+
+    role: str
+    id: int
+    state: str = "started"
+    restarts: int = 0  # relaunches before this one (a relaunched worker gets a new id)
+    replaces: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    seq: int
+    time: float
+    text: str
+    error: bool = False
+
+
+class JobView:
+    """The dashboard's state for one job; feed it with `apply` in journal order."""
+
+    def __init__(
+        self,
+        name: str,
+        backend: str = "?",
+        epochs: int | None = None,
+        workers: int | None = None,
+        ps: int | None = None,
+        log_lines: int = 200,
+        loss_capacity: int = 1024,
+    ):
+        self.name = name
+        self.backend = backend
+        self.epochs = epochs
+        self.workers = workers  # desired workers: the spec's, then each `scale` event's
+        self.ps = ps
+        self.state = "starting"
+        self.reason = ""
+        self.phase = "training"
+        self.last_seq = -1
+        self.started_at: float | None = None  # time of the first event
+        self.ended_at: float | None = None  # time of the terminal job_state
+        self.progress: dict[str, Any] = {}
+        self.progress_at: float | None = None  # time of the event that last set `progress`
+        self.tasks_total = 0  # training tasks of the current epoch (its `epoch` event)
+        self.tasks_done = 0  # `progress` events since: one per finished training task
+        self.evaluating: int | None = None  # the evaluation round under way, if any
+        self.instances: dict[tuple[str, int], InstanceRow] = {}
+        self.log: deque[LogLine] = deque(maxlen=log_lines)
+        self.loss = Series(loss_capacity)
+        self.last_loss: float | None = None
+        self.metrics: dict[str, Series] = {}
+        self._metric_capacity = max(2, loss_capacity // 2)
+        # Bumped when the table or the log change: a renderer redraws those only then.
+        self.instances_version = 0
+        self.log_version = 0
+
+    @classmethod
+    def for_job(cls, job: JobLike, **options: Any) -> JobView:
+        """A view of `job`, with the backend, epochs, workers and PS of its spec.json."""
+        spec: dict[str, Any] = {}
+        try:
+            spec = json.loads((job.dir / "spec.json").read_text())
+        except (AttributeError, OSError, ValueError):
+            pass  # a job without a readable spec still gets a dashboard, with '?' for these
+        return cls(
+            name=job.name,
+            backend=spec.get("backend", "?"),
+            epochs=spec.get("epochs"),
+            workers=spec.get("workers"),
+            ps=spec.get("ps"),
+            **options,
+        )
+
+    # ------------------------------------------------------------------ folding events
+
+    def apply(self, event: Event) -> None:
+        """Fold one journal event into the view. Events at or below `last_seq` were seen
+        already (a stream resumed after a reconnect) and are ignored."""
+        if event.seq <= self.last_seq:
+            return
+        self.last_seq = event.seq
+        if self.started_at is None:
+            self.started_at = event.time
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if handler is not None:
+            handler(event)
+        line = describe(event)
+        if line:
+            self.add_log(event.seq, event.time, line, error=_is_error(event))
+
+    def add_log(self, seq: int, when: float, text: str, error: bool = False) -> None:
+        self.log.append(LogLine(seq, when, text, error))
+        self.log_version += 1
+
+    def _take_progress(self, event: Event) -> None:
+        fields = {k: event.data[k] for k in PROGRESS_FIELDS if k in event.data}
+        if fields:
+            self.progress.update(fields)
+            self.progress_at = event.time
+            if fields.get("epochs"):
+                self.epochs = fields["epochs"]
+
+    def _on_job_state(self, event: Event) -> None:
+        d = event.data
+        self.state = d["state"]
+        self.reason = d.get("reason") or ""
+        self._take_progress(event)
+        if self.state in TERMINAL:
+            self.ended_at = event.time
+            self.evaluating = None
+        elif self.state == "running":
+            self.add_log(event.seq, event.time, "job started")
+
+    def _on_progress(self, event: Event) -> None:
+        self._take_progress(event)
+        self.tasks_done += 1
+
+    def _on_epoch(self, event: Event) -> None:
+        self.progress["epoch"] = event.data["epoch"]
+        self.progress["records_done"] = 0
+        self.tasks_total = event.data.get("tasks", 0)
+        self.tasks_done = 0
+
+    def _on_phase(self, event: Event) -> None:
+        self.phase = event.data["phase"]
+
+    def _on_loss(self, event: Event) -> None:
+        points = event.data.get("points") or []
+        self.loss.extend(points)
+        if points:
+            self.last_loss = float(points[-1][1])
+
+    def _on_evaluation_started(self, event: Event) -> None:
+        self.evaluating = event.data.get("round")
+
+    def _on_evaluation(self, event: Event) -> None:
+        d = event.data
+        for name, value in d.get("metrics", {}).items():
+            if isinstance(value, int | float):
+                series = self.metrics.get(name)
+                if series is None:
+                    series = self.metrics[name] = Series(self._metric_capacity, mode="mean")
+                series.add(d["step"], value)
+        if self.evaluating == d.get("round"):
+            self.evaluating = None
+
+    def _on_scale(self, event: Event) -> None:
+        self.workers = event.data["workers_to"]
+
+    def _row(self, role: str, instance_id: int) -> InstanceRow:
+        key = (role, int(instance_id))
+        row = self.instances.get(key)
+        if row is None:
+            row = self.instances[key] = InstanceRow(role, int(instance_id))
+        return row
+
+    def _on_instance(self, event: Event) -> None:
+        d = event.data
+        row = self._row(d["role"], d["id"])
+        row.state = d["kind"]
+        if d.get("pid"):
+            row.pid = d["pid"]
+        if d["kind"] in ("started", "running"):
+            row.exit_code, row.signal = None, None
+            if d["kind"] == "started":
+                row.reason = ""
+        if d["kind"] in ENDED:
+            row.exit_code = d.get("exit_code")
+            row.signal = d.get("signal")
+            row.reason = d.get("reason") or d["kind"]
+        self.instances_version += 1
+
+    def _on_relaunch(self, event: Event) -> None:
+        d = event.data
+        old = self._row(d["role"], d["replaces"])
+        if d["id"] == d["replaces"]:  # a PS comes back under its own id
+            old.restarts += 1
+            old.state = "relaunching"
+        else:  # a worker is replaced by a new one
+            new = self._row(d["role"], d["id"])
+            new.restarts = old.restarts + 1
+            new.replaces = old.id
+        self.instances_version += 1
+
+    # ------------------------------------------------------------------ derived figures
+
+    @property
+    def ended(self) -> bool:
+        return self.state in TERMINAL
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds from the first event to the job's end, or to `now` while it runs."""
+        if self.started_at is None:
+            return 0.0
+        end = self.ended_at if self.ended_at is not None else _now(now)
+        return max(0.0, end - self.started_at)
+
+    def records_total(self) -> int:
+        return int(self.progress.get("records_per_epoch") or 0)
+
+    def records_done(self) -> int:
+        return int(self.progress.get("records_done") or 0)
+
+    def records_per_second(self) -> float:
+        return float(self.progress.get("records_per_second") or 0.0)
+
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds left: the records still to train in this and the remaining epochs at
+        the master's current rate, counted down since that rate was reported. None while
+        the rate or the size is unknown, and once the job has ended."""
+        per_epoch, rate = self.records_total(), self.records_per_second()
+        if self.ended or not per_epoch or rate <= 0 or self.progress_at is None:
+            return None
+        epochs = self.epochs or self.progress.get("epochs") or 1
+        epoch = int(self.progress.get("epoch") or 0)
+        left = max(0, per_epoch - self.records_done()) + max(0, epochs - epoch - 1) * per_epoch
+        return max(0.0, left / rate - max(0.0, _now(now) - self.progress_at))
+
+    def live_workers(self) -> int:
+        return sum(
+            1
+            for (role, _), row in self.instances.items()
+            if role == "worker" and row.state in ("started", "running")
+        )
+
+    def rows(self) -> list[InstanceRow]:
+        """Instances in table order: PS first, then workers, each by id."""
+        return sorted(self.instances.values(), key=lambda r: (r.role != "ps", r.role, r.id))
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Everything shown, as plain data (for comparing two views)."""
+        return {
+            "header": {
+                "name": self.name,
+                "backend": self.backend,
+                "state": self.state,
+                "reason": self.reason,
+                "phase": self.phase,
+                "elapsed": self.elapsed(now),
+                "eta": self.eta(now),
+                "workers": (self.live_workers(), self.workers),
+            },
+            "progress": dict(self.progress, tasks=(self.tasks_done, self.tasks_total)),
+            "instances": [vars(r).copy() for r in self.rows()],
+            "log": [(line.seq, line.text, line.error) for line in self.log],
+            "loss": self.loss.xy(),
+            "metrics": {name: s.xy() for name, s in sorted(self.metrics.items())},
+        }
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _is_error(event: Event) -> bool:
+    d = event.data
+    if event.kind == "job_state":
+        return d.get("state") == "failed"
+    return event.kind in ("instance", "relaunch_refused", "ps_restored")
