@@ -15,13 +15,21 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(PY) examples/run_quickstart.py
+	$(PY) examples/run_notebook.py examples/quickstart.ipynb
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m elasticdl_nb.runtime.protocol.generate --check
 
-test: $(STAMP) lint
+# The browser tests drive Debian's chromium (Playwright cannot download its own here).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
+test: $(STAMP) $(CHROMIUM) lint
 	$(PY) -m pytest -q -p no:cacheprovider; code=$$?; \
 	  if [ $$code -eq 5 ]; then echo "no tests ran: that is a failure"; exit 1; fi; exit $$code
 

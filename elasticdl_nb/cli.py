@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from elasticdl_nb.spec import JobSpec, SpecError, option_fields
 
 
-def _add_spec_flags(parser: argparse.ArgumentParser) -> None:
+def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per JobSpec option, generated: the CLI cannot drift from the spec."""
     defaults = JobSpec()
     for f in option_fields():
@@ -53,8 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    add_train_command(commands)
+    add_job_commands(commands)
+    return parser
+
+
+def add_train_command(commands) -> argparse.ArgumentParser:
+    """`train` with a flag per JobSpec option, shared by the CLI and `%%elasticdl train`."""
     train = commands.add_parser("train", help="start a training job")
-    _add_spec_flags(train)
+    add_spec_flags(train)
     train.add_argument("--wait", action="store_true", help="follow the job until it ends")
     train.add_argument(
         "--no-check",
@@ -62,8 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the one-minibatch check before launching",
     )
-    add_job_commands(commands)
-    return parser
+    return train
 
 
 def add_job_commands(commands) -> dict[str, argparse.ArgumentParser]:

@@ -1,10 +1,11 @@
-"""`%elasticdl list | attach | status | events | scale | stop | logs | wait`.
+"""`%%elasticdl train` and `%elasticdl list | attach | status | events | wait | scale |
+stop | logs | config`.
 
 The commands and their flags are the CLI's (`elasticdl_nb/cli.py`), so the two cannot
-drift; what differs is the output: `attach` returns the `Job` (bind it with
-`job = %elasticdl attach NAME`), `stop` asks before stopping unless given `-f`, and
-results are shown rather than printed as JSON. `{var}` and `$var` in the line expand from
-the notebook's namespace (IPython does that before the magic runs).
+drift; what differs is the output: `train` shows the dashboard, `attach` shows it and
+returns the `Job` (bind it with `job = %elasticdl attach NAME`), `stop` asks before
+stopping unless given `-f`, and results are shown rather than printed as JSON. `{var}`
+and `$var` in the line expand from the notebook's namespace (IPython does that).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import shlex
 import sys
 from typing import Any
 
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from elasticdl_nb.cli import add_job_commands
-from elasticdl_nb.spec import SpecError
+from elasticdl_nb.cli import add_job_commands, add_train_command
+from elasticdl_nb.magics import config as defaults
+from elasticdl_nb.magics.train import model_entries, resolve_data
+from elasticdl_nb.sdk.job import JobFailed
 
 
 class _UsageShown(Exception):
@@ -40,33 +43,137 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%elasticdl", description="Elastic training jobs from a notebook.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    train = add_train_command(commands)
+    train.prog = "%%elasticdl train"
+    train.add_argument("-o", "--output", metavar="NAME", help="bind the Job to this variable")
+    train.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the variable holding the Keras model (or custom_model function) to train",
+    )
     parsers = add_job_commands(commands)
     parsers["stop"].add_argument(
         "-f", "--force", action="store_true", help="stop without asking first"
     )
-    attach = commands.add_parser("attach", help="the Job of a running or finished job")
+    attach = commands.add_parser("attach", help="show a job's dashboard and return its Job")
     attach.add_argument("name")
+    settings = commands.add_parser(
+        "config", help="show the defaults for new jobs, or set them: config workers=3 epochs=2"
+    )
+    settings.add_argument("settings", nargs="*", metavar="OPTION=VALUE")
+    settings.add_argument("--reset", action="store_true", help="back to the built-in defaults")
     return parser
 
 
 @magics_class
 class ElasticDLMagics(Magics):
-    @line_magic("elasticdl")
-    def elasticdl(self, line: str) -> Any:
-        """Run `%elasticdl -h` for the commands."""
+    def __init__(self, shell):
+        super().__init__(shell)
+        self.config_defaults = defaults.ElasticDL(parent=shell)
+        shell.configurables.append(self.config_defaults)  # %config ElasticDL.<option>=...
+
+    @line_cell_magic("elasticdl")
+    def elasticdl(self, line: str, cell: str | None = None) -> Any:
+        """Run `%elasticdl -h` for the commands; `%%elasticdl train -h` for training."""
         try:
             args = vars(build_parser().parse_args(shlex.split(line)))
         except _UsageShown:
             return None
+        command = args.pop("command")
+        if (command == "train") != (cell is not None):
+            print(
+                "%elasticdl: train is a cell magic (%%elasticdl train, then the model "
+                "code below it)"
+                if cell is None
+                else f"%%elasticdl: only train takes a cell; use %elasticdl {command}"
+            )
+            return None
         try:
-            return self._run(args.pop("command"), args)
-        except (SpecError, ValueError, LookupError, FileNotFoundError) as exc:
+            if command == "train":
+                return self._train(args, cell)
+            return self._run(command, args)
+        except ValueError as exc:  # SpecError, ContractError, CaptureError, DataError, ...
+            print(f"%elasticdl {command}: {exc}", file=sys.stderr)
+            if command == "train":
+                print("No job was launched.", file=sys.stderr)
+            return None
+        except LookupError as exc:
             print(f"%elasticdl: {exc}")
             return None
+
+    # ------------------------------------------------------------------ train
+
+    def _train(self, args: dict, cell: str) -> None:
+        import elasticdl_nb as edl
+
+        result = self.shell.run_cell(cell)
+        if not result.success:
+            print(
+                "%%elasticdl train: the cell raised an error (shown above); no job was launched.",
+                file=sys.stderr,
+            )
+            return None
+        namespace = self.shell.user_ns
+        wait, check = args.pop("wait"), args.pop("check")
+        output, model_name = args.pop("output"), args.pop("model")
+        entries = model_entries(namespace, cell, model_name)
+        data = resolve_data(namespace, "data", args.pop("data", None))
+        validation = resolve_data(namespace, "validation_data", args.pop("validation_data", None))
+        options = {**defaults.job_defaults(self.config_defaults), **args}
+        job = edl.train(
+            entries.pop("custom_model"),
+            **entries,
+            data=data,
+            validation_data=validation,
+            check=check,
+            **options,
+        )
+        if output:
+            namespace[output] = job
+        captured = (job.dir / "bundle" / "captured.txt").read_text().strip()
+        print(f"Started job {job.name} (captured {captured}).")
+        self._follow(job, wait)
+        return None
+
+    def _follow(self, job, wait: bool) -> None:
+        """Show the job (the dashboard where a widget front end is connected, else text
+        progress), and with `wait` block until it ends; an interrupt only detaches."""
+        dashboard = self._show(job)
+        if not wait:
+            if not dashboard:
+                print(f"Follow it with: %elasticdl wait {job.name}")
+            return
+        try:
+            job.wait(progress=not dashboard)
+        except KeyboardInterrupt:
+            print(
+                f"Detached from {job.name}, which goes on. Reattach: %elasticdl attach {job.name}"
+            )
+        except JobFailed as exc:
+            print(f"Job {job.name} failed: {exc}", file=sys.stderr)
+
+    def _show(self, job) -> bool:
+        """Display the job's dashboard if widgets can be shown here; whether it was."""
+        from elasticdl_nb import widgets
+
+        mode = self.config_defaults.dashboard
+        if mode == "text" or (mode == "auto" and not widgets.widget_frontend_available()):
+            return False
+        widgets.show(job, text=False)
+        return True
+
+    # ------------------------------------------------------------------ the other commands
 
     def _run(self, command: str, args: dict) -> Any:
         import elasticdl_nb as edl
 
+        if command == "config":
+            if args["reset"]:
+                for name, trait in self.config_defaults.traits(config=True).items():
+                    setattr(self.config_defaults, name, trait.default_value)
+            defaults.assign(self.config_defaults, args["settings"])
+            print(defaults.show(self.config_defaults))
+            return None
         if command == "list":
             jobs = edl.jobs()
             if not jobs:
@@ -76,6 +183,7 @@ class ElasticDLMagics(Magics):
             return None
         job = edl.attach(args["name"])
         if command == "attach":
+            self._show(job)
             return job
         if command == "status":
             return job.status()

@@ -1,0 +1,128 @@
+"""A real JupyterLab server and a real headless Chromium, shared by the browser tests.
+
+The server runs from this venv on loopback with a random token, over a copy of the
+examples, with its own job home. Chromium is Debian's (`make test` installs it with
+apt-get); Playwright drives it (its own browser download is not possible here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    def __init__(self, url: str, token: str, root: Path, home: Path):
+        self.url, self.token, self.root, self.home = url, token, root, home
+
+    def page_url(self, path: str) -> str:
+        return f"{self.url}/{path}?token={self.token}"
+
+    def run_all_cells(self, page) -> None:
+        """Wait for the open notebook's kernel, then Run ▸ Run All Cells, as a user would."""
+        page.wait_for_selector(".jp-Notebook", timeout=60_000)
+        kernel_choice = page.locator(".jp-Dialog .jp-mod-accept")
+        idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        deadline = time.monotonic() + 60
+        while not idle.count() and time.monotonic() < deadline:
+            if kernel_choice.count():  # "Select Kernel": take the default, Python 3
+                kernel_choice.click()
+            time.sleep(0.2)
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    home = tmp_path_factory.mktemp("lab-home")
+    for notebook in EXAMPLES.glob("*.ipynb"):
+        if not notebook.name.endswith(".executed.ipynb"):
+            shutil.copy(notebook, root / notebook.name)
+    token, port = secrets.token_hex(16), _free_port()
+    settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no "get notified about Jupyter news?" toast
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    env = {
+        **os.environ,
+        "ELASTICDL_NB_HOME": str(home),
+        "JUPYTER_CONFIG_DIR": str(root / ".jupyter"),
+        "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
+    }
+    log = open(root / "lab.log", "w")  # noqa: SIM115  (closed below)
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab",
+            "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands by id
+        ],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(
+                    "jupyter lab did not start: " + (root / "lab.log").read_text()[-2000:]
+                ) from None
+            time.sleep(0.3)
+    yield Lab(url, token, root, home)
+    server.terminate()
+    try:
+        server.wait(20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    log.close()
+    with pytest.MonkeyPatch.context() as patch:  # no job of the browser tests outlives them
+        patch.setenv("ELASTICDL_NB_HOME", str(home))
+        import elasticdl_nb as edl
+
+        for job in edl.jobs():
+            if job["state"] == "running":
+                edl.attach(job["name"]).stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium).")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update",
+                "--no-first-run", "--disable-sync",
+            ],
+        )  # fmt: skip
+        yield chromium
+        chromium.close()

@@ -1,0 +1,177 @@
+"""`%%elasticdl train` and `%elasticdl config` in a real IPython shell, with real jobs."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.conftest import job_processes
+from tests.integration.faults import wait_for, wait_for_step
+from tests.integration.models import digits_split
+
+
+@pytest.fixture(scope="module")
+def shell(ipython_shell):
+    ip = ipython_shell
+    (x, y), (xt, yt) = digits_split()
+    ip.user_ns.update(x_train=x, y_train=y, x_test=xt, y_test=yt)
+    return ip
+
+
+@pytest.fixture()
+def defaults(shell):
+    yield
+    shell.run_line_magic("elasticdl", "config --reset")
+
+
+def train(shell, line: str, cell: str):
+    # A fresh notebook: model functions an earlier test's cell defined are not around
+    # (in a real notebook they would be, and would be used: the summary line lists them).
+    for name in ("custom_model", "loss", "optimizer", "model", "feed", "eval_metrics_fn"):
+        shell.user_ns.pop(name, None)
+    return shell.run_cell_magic("elasticdl", "train " + line, textwrap.dedent(cell))
+
+
+def jobs_made(job_home) -> list[str]:
+    jobs = job_home / "jobs"
+    return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
+
+
+COMPILED_MODEL = """
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.Adam(0.002),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    def eval_metrics_fn():
+        return {"accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+"""
+
+
+@pytest.mark.slow
+def test_a_compiled_model_in_the_cell_trains_with_the_notebook_defaults_and_flags(
+    shell, job_home, defaults, capsys
+):
+    shell.run_line_magic("elasticdl", "config workers=1 minibatch_size=32")
+    shell.run_line_magic("config", "ElasticDL.epochs = 4")
+    out = capsys.readouterr().out
+    assert "workers" in out and "(default 2)" in out
+
+    train(
+        shell,
+        "--workers 2 --data x_train y_train --validation-data x_test y_test -o trained --wait",
+        COMPILED_MODEL,
+    )
+    out = capsys.readouterr().out
+    assert "Started job" in out and "Keras model: model" in out
+    job = shell.user_ns["trained"]
+    status = job.status()
+    assert status["state"] == "succeeded", status
+    assert status["metrics"]["accuracy"] >= 0.85
+    spec = json.loads((job.dir / "spec.json").read_text())
+    # The flag wins over the default; the defaults fill in the rest.
+    assert (spec["workers"], spec["epochs"], spec["minibatch_size"]) == (2, 4, 32)
+    # The cell ran here too: the model stays usable in the notebook.
+    assert shell.user_ns["model"].count_params() == 64 * 64 + 64 + 64 * 10 + 10
+    assert job_processes(job_home) == []
+
+    # Reattached later (a new kernel has nothing but the name), a dashboard rebuilds the
+    # whole history from the journal.
+    from elasticdl_nb.widgets import Dashboard
+
+    attached = shell.run_line_magic("elasticdl", f"attach {job.name}")
+    dashboard = Dashboard(attached)
+    assert dashboard.join(60) and dashboard.error is None
+    view = dashboard.view
+    assert view.state == "succeeded" and view.records_done() == view.records_total() == 1400
+    assert len(view.loss.xy()[0]) == len(job.metrics()["loss"]) == 4 * -(-1400 // 32)
+    assert [r.role for r in view.rows()].count("worker") == 2
+    evaluations = [e for e in job.events(follow=False) if e.kind == "evaluation"]
+    assert len(view.metrics["accuracy"].xy()[0]) == len(evaluations) == 4
+
+
+@pytest.mark.slow
+def test_custom_model_functions_launch_without_waiting_and_can_be_stopped(
+    shell, job_home, capsys, monkeypatch
+):
+    train(
+        shell,
+        "--workers 1 --epochs 50 --minibatch-size 16 --data {'x_train'} y_train -o running",
+        """
+        import tensorflow as tf
+        import keras
+        import time
+        PAUSE = 0.02
+
+        def custom_model():
+            return keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+
+        def loss(labels, predictions):
+            time.sleep(PAUSE)  # slow enough to still be running when stopped
+            return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                labels, predictions, from_logits=True))
+
+        def optimizer():
+            return keras.optimizers.SGD(0.1)
+        """,
+    )
+    out = capsys.readouterr().out
+    assert "source: custom_model, loss, optimizer" in out and "PAUSE" in out
+    job = shell.user_ns["running"]
+    wait_for_step(job, 3)
+    assert job.status()["state"] == "running"
+    assert shell.run_line_magic("elasticdl", f"stop {job.name} -f")["state"] == "stopped"
+    wait_for(lambda: job_processes(job_home) == [], 30, "no process left")
+
+
+@pytest.mark.parametrize(
+    "cell, expected",
+    [
+        ("def custom_model(:\n    pass\n", "the cell raised an error"),
+        ("model = undefined_name\n", "the cell raised an error"),
+        (
+            "import keras\nmodel = keras.Sequential([keras.Input((3,)), keras.layers.Dense(10)])\n"
+            "model.compile(optimizer='sgd', loss='sparse_categorical_crossentropy')\n",
+            "failed the one-minibatch check",
+        ),
+        (
+            "import keras\nLOG = open('/dev/null', 'w')\n"
+            "def custom_model():\n    LOG.write('building')\n"
+            "    return keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])\n"
+            "def loss(labels, predictions):\n    return keras.ops.mean(predictions)\n"
+            "def optimizer():\n    return keras.optimizers.SGD(0.1)\n",
+            "Cannot capture 'LOG' (used by custom_model): it is an open file",
+        ),
+        ("x = 1\n", "The cell defines no model"),
+    ],
+    ids=["syntax-error", "undefined-name", "fails-on-one-batch", "uncapturable", "no-model"],
+)
+def test_a_bad_cell_gets_a_clear_error_and_no_job(shell, job_home, capsys, cell, expected):
+    train(shell, "--data x_train y_train", cell)
+    captured = capsys.readouterr()
+    assert expected in captured.out + captured.err
+    assert jobs_made(job_home) == []
+
+
+def test_help_bad_flags_and_misplaced_commands_print_usage_not_tracebacks(shell, capsys):
+    train(shell, "-h", "pass")
+    out = capsys.readouterr().out
+    assert "usage: %%elasticdl train" in out and "--workers" in out and "-o NAME" in out
+
+    train(shell, "--wrokers 2", "pass")
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --wrokers 2" in err and "Traceback" not in err
+
+    shell.run_line_magic("elasticdl", "train --workers 2")
+    assert "train is a cell magic" in capsys.readouterr().out
+
+    shell.run_line_magic("elasticdl", "config workers=lots")
+    err = capsys.readouterr().err
+    assert "Cannot set workers to 'lots'" in err
+
+    shell.run_line_magic("elasticdl", "config --help")
+    assert "OPTION=VALUE" in capsys.readouterr().out
