@@ -38,7 +38,7 @@ def run(notebook: Path = HERE / "quickstart.ipynb") -> Path:
     print(f"Ran {notebook.name}: job {job.group(1) if job else '?'}", end="")
     print(f" {state.group(1)} after {state.group(2)} steps." if state else ".")
     for line in text.splitlines():  # what the notebook says it reached
-        if line.startswith(("test accuracy:", "AUC:")):
+        if line.startswith(("Started job", "test accuracy:", "AUC:")):
             print(line)
     print(f"Executed notebook: {executed} ({time.monotonic() - started:.0f} s)")
     return executed

@@ -1,9 +1,12 @@
-"""Log format shared by the job's processes (each logs to stdout; the backend keeps it)."""
+"""Log format shared by the job's processes (each logs to stdout; the backend keeps it),
+and the stack dump a hung process gives on SIGUSR1."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 
@@ -16,3 +19,6 @@ def setup_logging(role: str) -> None:
         stream=sys.stdout,
         force=True,
     )
+    # `kill -USR1 <pid>` writes every thread's stack into the log: how a hang is diagnosed
+    # (py-spy cannot attach everywhere).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)

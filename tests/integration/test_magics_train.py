@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import textwrap
+import threading
+import time
 
 import pytest
 
 from tests.conftest import job_processes
-from tests.integration.faults import wait_for, wait_for_step
+from tests.integration.faults import wait_for
 from tests.integration.models import digits_split
 
 
@@ -94,13 +98,31 @@ def test_a_compiled_model_in_the_cell_trains_with_the_notebook_defaults_and_flag
     assert len(view.metrics["accuracy"].xy()[0]) == len(evaluations) == 4
 
 
+def _interrupt_once_training(job_home) -> threading.Thread:
+    """Press Ctrl-C (SIGINT to this process) once a job under `job_home` has trained a
+    few steps: by then the magic is blocked in its --wait."""
+    import elasticdl_nb as edl
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = [j for j in edl.jobs() if j["state"] == "running"]
+            if running and edl.attach(running[0]["name"]).status().get("step", 0) >= 3:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 @pytest.mark.slow
-def test_custom_model_functions_launch_without_waiting_and_can_be_stopped(
-    shell, job_home, capsys, monkeypatch
-):
+def test_interrupting_the_wait_detaches_and_the_job_goes_on_until_stopped(shell, job_home, capsys):
+    interrupter = _interrupt_once_training(job_home)
     train(
         shell,
-        "--workers 1 --epochs 50 --minibatch-size 16 --data {'x_train'} y_train -o running",
+        "--workers 1 --epochs 50 --minibatch-size 16 --data {'x_train'} y_train -o running --wait",
         """
         import tensorflow as tf
         import keras
@@ -111,7 +133,7 @@ def test_custom_model_functions_launch_without_waiting_and_can_be_stopped(
             return keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
 
         def loss(labels, predictions):
-            time.sleep(PAUSE)  # slow enough to still be running when stopped
+            time.sleep(PAUSE)  # slow enough to still be running when interrupted
             return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
                 labels, predictions, from_logits=True))
 
@@ -119,11 +141,16 @@ def test_custom_model_functions_launch_without_waiting_and_can_be_stopped(
             return keras.optimizers.SGD(0.1)
         """,
     )
+    interrupter.join(5)
     out = capsys.readouterr().out
     assert "source: custom_model, loss, optimizer" in out and "PAUSE" in out
     job = shell.user_ns["running"]
-    wait_for_step(job, 3)
-    assert job.status()["state"] == "running"
+    # Text progress while it waited (no widget front end in a terminal shell), then the
+    # interrupt only detached.
+    assert f"[{job.name}] scaling workers 0 -> 1" in out
+    assert f"Detached from {job.name}, which goes on" in out
+    step = job.status()["step"]
+    wait_for(lambda: job.status()["step"] > step, 60, "more steps after the interrupt")
     assert shell.run_line_magic("elasticdl", f"stop {job.name} -f")["state"] == "stopped"
     wait_for(lambda: job_processes(job_home) == [], 30, "no process left")
 

@@ -91,10 +91,13 @@ class InstanceManager:
         """Workers that are running and not being retired."""
         return [i.instance_id for i in self.live("worker") if not i.expected_exit]
 
-    def is_retiring(self, worker_id: int) -> bool:
+    def takes_work(self, worker_id: int) -> bool:
+        """Whether the worker may be given tasks: known, not retiring, and not ended. A
+        dead worker's GetTask can still be in the master's hands (sent just before it
+        died, waiting for work): a task given to it then would be lost for good."""
         with self._lock:
             inst = self.instances.get(("worker", worker_id))
-            return inst is None or inst.expected_exit
+            return inst is not None and not inst.expected_exit and inst.state not in ENDED
 
     def table(self) -> list[dict]:
         with self._lock:

@@ -115,7 +115,7 @@ class JobMaster:
         deadline = time.monotonic() + wait_seconds
         with self.lock:
             while True:
-                if self.state in TERMINAL or self.instances.is_retiring(worker_id):
+                if self.state in TERMINAL or not self.instances.takes_work(worker_id):
                     return pb.Task(type=pb.FINISHED)
                 task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
                 if task is not None:
@@ -153,7 +153,7 @@ class JobMaster:
             if r.task_done:
                 self._task_done(r)
             self._wake.set()
-            stop = self.state in TERMINAL or self.instances.is_retiring(r.worker_id)
+            stop = self.state in TERMINAL or not self.instances.takes_work(r.worker_id)
             return pb.ProgressResponse(stop=stop)
 
     @property
