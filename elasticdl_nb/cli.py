@@ -69,6 +69,11 @@ def add_train_command(commands) -> argparse.ArgumentParser:
         action="store_false",
         help="skip the one-minibatch check before launching",
     )
+    train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the Kubernetes objects the job would create, as YAML; launch nothing",
+    )
     return train
 
 
@@ -101,8 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.pop("command")
     try:
         if command == "train":
-            wait, check = args.pop("wait"), args.pop("check")
-            job = edl.train(check=check, **args)
+            wait, check, dry_run = args.pop("wait"), args.pop("check"), args.pop("dry_run")
+            job = edl.train(check=check, dry_run=dry_run, **args)
+            if dry_run:
+                print(job, end="")
+                return 0
             print(f"started job {job.name} ({job.dir})")
             if wait:
                 status = job.wait()

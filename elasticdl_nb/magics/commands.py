@@ -114,7 +114,7 @@ class ElasticDLMagics(Magics):
             )
             return None
         namespace = self.shell.user_ns
-        wait, check = args.pop("wait"), args.pop("check")
+        wait, check, dry_run = args.pop("wait"), args.pop("check"), args.pop("dry_run")
         output, model_name = args.pop("output"), args.pop("model")
         entries = model_entries(namespace, cell, model_name)
         data = resolve_data(namespace, "data", args.pop("data", None))
@@ -126,8 +126,12 @@ class ElasticDLMagics(Magics):
             data=data,
             validation_data=validation,
             check=check,
+            dry_run=dry_run,
             **options,
         )
+        if dry_run:  # the YAML of every object it would create; nothing was launched
+            print(job, end="")
+            return None
         if output:
             namespace[output] = job
         captured = (job.dir / "bundle" / "captured.txt").read_text().strip()

@@ -53,9 +53,12 @@ def train(
     eval_metrics_fn: Callable | None = None,
     callbacks: Callable | None = None,
     check: bool = True,
+    dry_run: bool = False,
     **options: Any,
-) -> Job:
+) -> Job | str:
     """Start an elastic training job and return its `Job` at once (it does not block).
+    With `dry_run=True` nothing is started: it returns, as YAML, every Kubernetes object
+    the job would create (`backend='kubernetes'`).
 
     model: 'module.custom_model' (with model_zoo=...), a model-zoo module, a dict of the
         contract's functions, or the custom_model function (then loss=, optimizer=, ...).
@@ -77,6 +80,13 @@ def train(
         data=[_ARRAYS_PLACEHOLDER] if train_arrays else data,
         validation_data=[_ARRAYS_PLACEHOLDER] if eval_arrays else validation_data,
     )
+    if spec.backend == "kubernetes" and not dry_run:
+        raise SpecError(
+            "The Kubernetes backend can only --dry-run so far (launching pods is the next "
+            "step of its issue): pass dry_run=True (--dry-run), or use backend='local'."
+        )
+    if dry_run and spec.backend != "kubernetes":
+        raise SpecError("--dry-run shows a job's Kubernetes objects: add --backend kubernetes.")
     functions = functions_of(
         model,
         {
@@ -139,11 +149,23 @@ def train(
             from elasticdl_nb.sdk.preflight import check_one_batch
 
             check_one_batch(record.dir / "bundle", spec, train_sources)
+        if dry_run:
+            return _dry_run(spec, record)
         submit.start_master(record)
     except BaseException:
         shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
         raise
     return Job(record)
+
+
+def _dry_run(spec: JobSpec, record) -> str:
+    """The job's Kubernetes objects as YAML; the prepared job directory is removed."""
+    from elasticdl_nb.backends.kubernetes import dry_run_yaml
+
+    try:
+        return dry_run_yaml(spec, record.name, record.dir)
+    finally:
+        shutil.rmtree(record.dir, ignore_errors=True)
 
 
 def _xy(data: Any, option: str) -> tuple[Any, Any]:

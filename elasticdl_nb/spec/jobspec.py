@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class SpecError(ValueError):
-    """An option is unknown, of the wrong type or inconsistent; the message says the fix."""
+from elasticdl_nb.spec.errors import SpecError
+from elasticdl_nb.spec.kubernetes import check_kubernetes_options
 
 
 def _opt(
@@ -64,7 +63,11 @@ class JobSpec:
     csv_delimiter: str = _opt(",", "CSV field separator.")
     # Shape of the job.
     name: str = _opt("", "Job name (lowercase letters, digits, '-'); generated when empty.")
-    backend: str = _opt("local", "Where the job's processes run.", choices=("local",))
+    backend: str = _opt(
+        "local",
+        "Where the job's processes run: local processes, or pods (so far --dry-run only).",
+        choices=("local", "kubernetes"),
+    )
     workers: int = _opt(2, "Number of worker processes.", minimum=1)
     ps: int = _opt(1, "Number of parameter-server processes.", minimum=1)
     # Training.
@@ -94,6 +97,48 @@ class JobSpec:
         minimum=0,
     )
     max_ps_relaunches: int = _opt(5, "Relaunches of crashed parameter servers.", minimum=0)
+    # Kubernetes (--backend kubernetes); see elasticdl_nb/spec/kubernetes.py.
+    namespace: str = _opt("default", "Kubernetes namespace of the job's objects.")
+    image: str = _opt(
+        "elasticdl-nb:0.1.0", "Runtime image of the job's pods (built from deploy/Dockerfile)."
+    )
+    image_pull_policy: str = _opt(
+        "IfNotPresent", "When pods pull the image.", choices=("Always", "IfNotPresent", "Never")
+    )
+    service_account: str = _opt(
+        "elasticdl-nb-master",
+        "Service account of the master pod, which creates the others (deploy/rbac.yaml).",
+    )
+    master_priority_class: str = _opt(
+        "elasticdl-nb-high", "Priority class of the master pod ('' for none)."
+    )
+    ps_priority_class: str = _opt("elasticdl-nb-high", "Priority class of PS pods ('' for none).")
+    worker_priority_class: str = _opt(
+        "elasticdl-nb-low",
+        "Priority class of worker pods ('' for none): lower than PS and master, so the "
+        "scheduler preempts workers first, and the job goes on with fewer.",
+    )
+    master_resources: str = _opt(
+        "cpu=1,memory=1Gi",
+        "Master pod's requests, e.g. 'cpu=1,memory=1Gi' (memory is also the limit).",
+    )
+    ps_resources: str = _opt(
+        "cpu=1,memory=2Gi", "Each PS pod's requests (memory is also the limit)."
+    )
+    worker_resources: str = _opt(
+        "cpu=1,memory=2Gi", "Each worker pod's requests (memory is also the limit)."
+    )
+    env: list[str] = _opt([], "Environment variables of every pod, NAME=VALUE.")
+    pod_template: str = _opt(
+        "",
+        "A YAML file of pod fields merged into every pod: node selectors, tolerations, "
+        "volumes, annotations, ...",
+    )
+    shared_volume: str = _opt(
+        "",
+        "The volume every pod mounts the job directory from: 'pvc:CLAIM' or "
+        "'hostPath:/dir' (staged data, checkpoints, journal, exported model).",
+    )
     # Verification.
     record_ledger: bool = _opt(
         False,
@@ -152,6 +197,7 @@ class JobSpec:
                 "model_zoo is set but model_def is empty: name the model function, "
                 "e.g. model_def='mnist.custom_model'."
             )
+        check_kubernetes_options(self)
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}.")
 

@@ -202,3 +202,15 @@ def test_help_bad_flags_and_misplaced_commands_print_usage_not_tracebacks(shell,
 
     shell.run_line_magic("elasticdl", "config --help")
     assert "OPTION=VALUE" in capsys.readouterr().out
+
+
+def test_dry_run_prints_the_kubernetes_objects_and_launches_nothing(shell, job_home, capsys):
+    import yaml
+
+    train(shell, "--backend kubernetes --dry-run --data x_train y_train", COMPILED_MODEL)
+    out = capsys.readouterr().out
+    objects = list(yaml.safe_load_all(out))
+    assert [o["kind"] for o in objects[:4]] == ["ConfigMap", "Secret", "Pod", "Service"]
+    # The compiled Keras model travels in the ConfigMap as its .keras archive.
+    assert "bundle__source__models__model.keras" in objects[0]["binaryData"]
+    assert jobs_made(job_home) == []

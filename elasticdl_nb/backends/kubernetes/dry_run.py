@@ -1,0 +1,41 @@
+"""`--dry-run`: every object a Kubernetes job would create, as one YAML stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.spec import JobSpec
+
+# Values only known at launch, shown as what they are rather than invented.
+TOKEN_PLACEHOLDER = "<generated at launch>"
+MASTER_UID_PLACEHOLDER = "<the master pod's uid>"
+
+
+def job_manifests(spec: JobSpec, name: str, job_dir: Path) -> list[dict[str, Any]]:
+    """The notebook's four objects, then what the master creates at start: a pod and a
+    Service per PS and the first `workers` worker pods."""
+    files = m.bundle_files(job_dir)
+    owner = m.owner_reference(m.master_name(name), MASTER_UID_PLACEHOLDER)
+    objects = [
+        m.bundle_configmap(spec, name, files),
+        m.token_secret(spec, name, TOKEN_PLACEHOLDER),
+        m.master_pod(spec, name, list(files)),
+        m.master_service(spec, name),
+    ]
+    for i in range(spec.ps):
+        objects += [m.ps_pod(spec, name, i, owner), m.ps_service(spec, name, i, owner)]
+    objects += [m.worker_pod(spec, name, i, owner) for i in range(spec.workers)]
+    return objects
+
+
+def dry_run_yaml(spec: JobSpec, name: str, job_dir: Path) -> str:
+    import yaml
+
+    header = (
+        f"# elasticdl-nb --dry-run: the objects of job {name!r} in namespace "
+        f"{spec.namespace!r}.\n# The first four are created from the notebook; the master "
+        "creates the others (and their replacements).\n"
+    )
+    return header + yaml.safe_dump_all(job_manifests(spec, name, job_dir), sort_keys=False)

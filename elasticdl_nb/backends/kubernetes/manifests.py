@@ -1,0 +1,270 @@
+"""Every Kubernetes object of a job, as plain dicts, from its JobSpec.
+
+The notebook creates four: the model bundle's ConfigMap, the token's Secret, the master
+pod and the master's Service. The master creates the rest: a pod per worker and PS and a
+Service per PS (a relaunched PS keeps its address), all owned by the master pod, so
+deleting the master pod deletes the job. Labels say job, role and index; `attach` finds
+jobs by them.
+
+Pure functions: no API calls here, so `--dry-run` prints exactly what would be created.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from elasticdl_nb.backends.kubernetes.pod_template import merge_into_pod
+from elasticdl_nb.runtime.process_env import JOB_DIR_ENV, MASTER_ENV, PS_ENV
+from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
+from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.spec.kubernetes import parse_env, parse_resources
+
+APP = "elasticdl-nb"
+LABEL_JOB, LABEL_ROLE, LABEL_INDEX = "elasticdl-nb/job", "elasticdl-nb/role", "elasticdl-nb/index"
+MASTER_PORT, PS_PORT, PS_BULK_PORT = 50001, 50002, 50003
+JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
+BUNDLE_MOUNT = "/etc/elasticdl-nb/job"  # the ConfigMap: spec, sources, model bundle
+TOKEN_KEY = "token"
+
+
+def labels(name: str, role: str | None = None, index: int | None = None) -> dict[str, str]:
+    out = {"app.kubernetes.io/name": APP, LABEL_JOB: name}
+    if role is not None:
+        out[LABEL_ROLE] = role
+    if index is not None:
+        out[LABEL_INDEX] = str(index)
+    return out
+
+
+def _meta(spec: JobSpec, name: str, obj_name: str, owner: dict | None = None, **label_args):
+    meta: dict[str, Any] = {
+        "name": obj_name,
+        "namespace": spec.namespace,
+        "labels": labels(name, **label_args),
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return meta
+
+
+def owner_reference(master_pod_name: str, uid: str) -> dict[str, Any]:
+    """Makes an object part of the master pod: the garbage collector deletes it with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": master_pod_name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# ---------------------------------------------------------------- names
+
+
+def master_name(name: str) -> str:
+    return f"{name}-master"
+
+
+def pod_name(name: str, role: str, index: int) -> str:
+    return f"{name}-{role}-{index}"
+
+
+def configmap_name(name: str) -> str:
+    return f"{name}-bundle"
+
+
+def secret_name(name: str) -> str:
+    return f"{name}-token"
+
+
+def ps_address(spec: JobSpec, name: str, index: int) -> str:
+    """A PS's stable address: its Service's DNS name, the same for every relaunch."""
+    return f"{pod_name(name, 'ps', index)}.{spec.namespace}.svc:{PS_PORT}"
+
+
+# ---------------------------------------------------------------- what the notebook creates
+
+
+def bundle_configmap(spec: JobSpec, name: str, files: dict[str, bytes]) -> dict[str, Any]:
+    """The job's files (spec.json, sources.json, bundle/...) by their relative path.
+    ConfigMap keys cannot hold '/', so each file is stored under a flat key and the pod's
+    volume maps the keys back to paths (`bundle_volume`)."""
+    data, binary = {}, {}
+    for path, content in sorted(files.items()):
+        key = _key(path)
+        try:
+            data[key] = content.decode("utf-8")
+        except UnicodeDecodeError:
+            binary[key] = base64.b64encode(content).decode("ascii")
+    cm: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(spec, name, configmap_name(name)),
+        "data": data,
+    }
+    if binary:
+        cm["binaryData"] = binary
+    return cm
+
+
+def _key(path: str) -> str:
+    return path.replace("/", "__")
+
+
+def bundle_volume(name: str, paths: list[str]) -> dict[str, Any]:
+    return {
+        "name": "bundle",
+        "configMap": {
+            "name": configmap_name(name),
+            "items": [{"key": _key(p), "path": p} for p in sorted(paths)],
+        },
+    }
+
+
+def token_secret(spec: JobSpec, name: str, token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(spec, name, secret_name(name)),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def master_pod(spec: JobSpec, name: str, paths: list[str]) -> dict[str, Any]:
+    command = ["python", "-m", "elasticdl_nb.runtime.master", "--job-dir", _job_dir(name)]
+    pod = _pod(spec, name, "master", None, command, spec.master_resources, [MASTER_PORT])
+    pod["spec"]["serviceAccountName"] = spec.service_account
+    pod["spec"]["volumes"].append(bundle_volume(name, paths))
+    pod["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "bundle", "mountPath": BUNDLE_MOUNT, "readOnly": True}
+    )
+    return merge_into_pod(pod, spec.pod_template)
+
+
+def master_service(spec: JobSpec, name: str) -> dict[str, Any]:
+    return _service(spec, name, master_name(name), {"master": MASTER_PORT}, role="master")
+
+
+# ---------------------------------------------------------------- what the master creates
+
+
+def worker_pod(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
+    command = ["python", "-m", "elasticdl_nb.runtime.worker", "--id", str(index)]
+    pod = _pod(spec, name, "worker", index, command, spec.worker_resources, [], owner)
+    return merge_into_pod(pod, spec.pod_template)
+
+
+def ps_pod(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
+    command = ["python", "-m", "elasticdl_nb.runtime.ps", "--id", str(index)]
+    ports = [PS_PORT, PS_BULK_PORT]
+    pod = _pod(spec, name, "ps", index, command, spec.ps_resources, ports, owner)
+    return merge_into_pod(pod, spec.pod_template)
+
+
+def ps_service(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
+    # The bulk channel (large tensors, runtime/protocol/bulk.py) needs its own port.
+    ports = {"grpc": PS_PORT, "bulk": PS_BULK_PORT}
+    return _service(spec, name, pod_name(name, "ps", index), ports, "ps", index, owner)
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def _job_dir(name: str) -> str:
+    return f"{JOB_MOUNT}/{name}"
+
+
+def _pod(
+    spec: JobSpec,
+    name: str,
+    role: str,
+    index: int | None,
+    command: list[str],
+    resources: str,
+    ports: list[int],
+    owner: dict | None = None,
+) -> dict[str, Any]:
+    requests = parse_resources(f"{role}_resources", resources)
+    limits = {"memory": requests["memory"]} if "memory" in requests else {}
+    env = [{"name": k, "value": v} for k, v in parse_env(spec.env).items()]
+    env += [
+        {"name": JOB_DIR_ENV, "value": _job_dir(name)},
+        {"name": MASTER_ENV, "value": f"{master_name(name)}.{spec.namespace}.svc:{MASTER_PORT}"},
+        {"name": PS_ENV, "value": ",".join(ps_address(spec, name, i) for i in range(spec.ps))},
+        {  # from the Secret: never on a command line or in the pod spec itself
+            "name": TOKEN_ENV,
+            "valueFrom": {"secretKeyRef": {"name": secret_name(name), "key": TOKEN_KEY}},
+        },
+    ]
+    container: dict[str, Any] = {
+        "name": role,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": command,
+        "env": env,
+        "resources": {"requests": requests, "limits": limits},
+        "volumeMounts": [{"name": "job", "mountPath": JOB_MOUNT}],
+    }
+    if ports:
+        container["ports"] = [{"containerPort": p} for p in ports]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # the master decides about relaunches, not the kubelet
+        "containers": [container],
+        "volumes": [_job_volume(spec)],
+    }
+    if role != "master":
+        pod_spec["automountServiceAccountToken"] = False  # only the master talks to the API
+    priority = getattr(spec, f"{role}_priority_class")
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    obj_name = master_name(name) if role == "master" else pod_name(name, role, index)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(spec, name, obj_name, owner, role=role, index=index),
+        "spec": pod_spec,
+    }
+
+
+def _job_volume(spec: JobSpec) -> dict[str, Any]:
+    kind, _, where = spec.shared_volume.partition(":")
+    if kind == "pvc":
+        return {"name": "job", "persistentVolumeClaim": {"claimName": where}}
+    if kind == "hostPath":
+        return {"name": "job", "hostPath": {"path": where, "type": "DirectoryOrCreate"}}
+    # No shared volume named: a scratch directory per pod. Enough for --dry-run; the
+    # launch refuses it, since checkpoints and the journal must outlive a pod.
+    return {"name": "job", "emptyDir": {}}
+
+
+def _service(
+    spec: JobSpec,
+    name: str,
+    obj_name: str,
+    ports: dict[str, int],
+    role: str,
+    index: int | None = None,
+    owner: dict | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(spec, name, obj_name, owner, role=role, index=index),
+        "spec": {
+            "selector": labels(name, role, index),
+            "ports": [{"name": n, "port": p, "targetPort": p} for n, p in ports.items()],
+        },
+    }
+
+
+def bundle_files(job_dir: Path) -> dict[str, bytes]:
+    """The files of a prepared job directory that travel in the ConfigMap."""
+    files = {p: (job_dir / p).read_bytes() for p in ("spec.json", "sources.json")}
+    for path in sorted((job_dir / "bundle").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            files[str(path.relative_to(job_dir))] = path.read_bytes()
+    return files

@@ -1,0 +1,65 @@
+"""The JobSpec options that only the Kubernetes backend reads, parsed and checked.
+
+Resources are written as ElasticDL wrote them, `cpu=1,memory=2Gi`; a quantity the API
+server would refuse is refused here, before anything is created, naming the option.
+"""
+
+from __future__ import annotations
+
+import re
+
+from elasticdl_nb.spec.errors import SpecError
+
+# Kubernetes' quantity grammar, in short: a decimal number with an optional binary
+# (Ki..Ei) or decimal (m, k, M..E) suffix, or an exponent (1e3).
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_VOLUME = re.compile(r"^(pvc:[a-z0-9]([-a-z0-9.]*[a-z0-9])?|hostPath:/.*)$")
+
+
+def parse_resources(option: str, text: str) -> dict[str, str]:
+    """'cpu=1,memory=2Gi' -> {'cpu': '1', 'memory': '2Gi'}; SpecError naming the option."""
+    resources: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, quantity = (s.strip() for s in part.partition("="))
+        if not sep or not _RESOURCE_NAME.match(name):
+            raise SpecError(
+                f"Option '{option}': {part!r} is not NAME=QUANTITY. Write e.g. "
+                "'cpu=1,memory=2Gi' (names: cpu, memory, ephemeral-storage, nvidia.com/gpu)."
+            )
+        if not _QUANTITY.match(quantity):
+            raise SpecError(
+                f"Option '{option}': {quantity!r} is not a Kubernetes quantity for {name}. "
+                "Write e.g. cpu=500m or cpu=2, memory=512Mi or memory=4Gi."
+            )
+        resources[name] = quantity
+    return resources
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    """['A=1', 'B=x'] -> {'A': '1', 'B': 'x'}; SpecError for a malformed entry."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise SpecError(
+                f"Option 'env': {item!r} is not NAME=VALUE (NAME: letters, digits, '_', "
+                "'.', '-', not starting with a digit)."
+            )
+        env[name] = value
+    return env
+
+
+def check_kubernetes_options(spec) -> None:
+    """Everything the Kubernetes options must satisfy, whichever backend is chosen (their
+    defaults do), so a typo is found before the job is moved to a cluster."""
+    for role in ("master", "ps", "worker"):
+        parse_resources(f"{role}_resources", getattr(spec, f"{role}_resources"))
+    parse_env(spec.env)
+    if spec.shared_volume and not _VOLUME.match(spec.shared_volume):
+        raise SpecError(
+            f"Option 'shared_volume': {spec.shared_volume!r} is neither 'pvc:CLAIM' nor "
+            "'hostPath:/absolute/dir'. The job directory (staged data, checkpoints, the "
+            "journal, the exported model) lives there, shared by every pod."
+        )

@@ -1,0 +1,145 @@
+"""`--dry-run` of a Kubernetes job: every object it would create, valid for a current
+Kubernetes (kubernetes-validate, strict), wired together by labels, owners and names."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import elasticdl_nb as edl
+from elasticdl_nb.spec import SpecError
+from tests.integration.models import DIGITS, custom_model, digits_split
+
+CURRENT_KUBERNETES = "1.33"
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return digits_split()[0]
+
+
+def dry_run(digits, **options) -> list[dict]:
+    text = edl.train(
+        custom_model,
+        **DIGITS,
+        data=digits,
+        backend="kubernetes",
+        dry_run=True,
+        check=False,
+        name="digits",
+        **options,
+    )
+    assert text.startswith("# elasticdl-nb --dry-run")
+    return list(yaml.safe_load_all(text))
+
+
+def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_home, tmp_path):
+    import kubernetes_validate
+
+    template = tmp_path / "pod.yaml"
+    template.write_text(
+        "metadata: {annotations: {team: ranking}}\n"
+        "spec:\n"
+        "  nodeSelector: {pool: training}\n"
+        "  tolerations: [{key: spot, operator: Exists}]\n"
+        "  containers: [{volumeMounts: [{name: data, mountPath: /data}]}]\n"
+        "  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n"
+    )
+    objects = dry_run(
+        digits,
+        workers=3,
+        ps=2,
+        namespace="ml",
+        env=["MODE=test"],
+        shared_volume="pvc:jobs",
+        worker_resources="cpu=500m,memory=1Gi",
+        pod_template=str(template),
+    )
+    for obj in objects:
+        kubernetes_validate.validate(obj, CURRENT_KUBERNETES, strict=True)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert kinds == [
+        ("ConfigMap", "digits-bundle"),
+        ("Secret", "digits-token"),
+        ("Pod", "digits-master"),
+        ("Service", "digits-master"),
+        ("Pod", "digits-ps-0"),
+        ("Service", "digits-ps-0"),
+        ("Pod", "digits-ps-1"),
+        ("Service", "digits-ps-1"),
+        ("Pod", "digits-worker-0"),
+        ("Pod", "digits-worker-1"),
+        ("Pod", "digits-worker-2"),
+    ]
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    assert all(o["metadata"]["namespace"] == "ml" for o in objects)
+    # What the master creates belongs to the master pod; what the notebook creates does not.
+    owned = [o for o in objects[4:] if o["metadata"].get("ownerReferences")]
+    assert len(owned) == 7 and all(
+        o["metadata"]["ownerReferences"][0]["name"] == "digits-master" for o in owned
+    )
+    # The token is never printed, and reaches pods only from the Secret.
+    secret = by_name[("Secret", "digits-token")]
+    assert secret["stringData"]["token"] == "<generated at launch>"
+    worker = by_name[("Pod", "digits-worker-1")]
+    container = worker["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ELASTICDL_NB_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "digits-token"
+    assert env["ELASTICDL_NB_PS_ADDRS"]["value"] == (
+        "digits-ps-0.ml.svc:50002,digits-ps-1.ml.svc:50002"
+    )
+    assert env["MODE"]["value"] == "test"
+    assert container["command"][-2:] == ["--id", "1"]
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert worker["spec"]["priorityClassName"] == "elasticdl-nb-low"
+    assert by_name[("Pod", "digits-ps-0")]["spec"]["priorityClassName"] == "elasticdl-nb-high"
+    assert worker["metadata"]["labels"]["elasticdl-nb/role"] == "worker"
+    # The PS Service selects its PS by index and exposes the bulk channel too.
+    service = by_name[("Service", "digits-ps-1")]
+    assert service["spec"]["selector"]["elasticdl-nb/index"] == "1"
+    assert [p["port"] for p in service["spec"]["ports"]] == [50002, 50003]
+    # The pod template reached every pod, merged rather than replacing our fields.
+    for obj in objects:
+        if obj["kind"] == "Pod":
+            assert obj["spec"]["nodeSelector"] == {"pool": "training"}
+            assert obj["metadata"]["annotations"] == {"team": "ranking"}
+            mounts = [v["mountPath"] for v in obj["spec"]["containers"][0]["volumeMounts"]]
+            assert "/job" in mounts and "/data" in mounts
+    # The bundle travels in the ConfigMap and is mounted back at its paths.
+    cm = by_name[("ConfigMap", "digits-bundle")]
+    module = cm["data"]["bundle__source__captured_model.py"]
+    assert "custom_model = _values['custom_model']" in module  # a test module's: pickled
+    assert "bundle__source__values.pkl" in cm["binaryData"]
+    master = by_name[("Pod", "digits-master")]
+    items = {
+        i["path"]
+        for v in master["spec"]["volumes"]
+        if "configMap" in v
+        for i in v["configMap"]["items"]
+    }
+    assert {"spec.json", "sources.json", "bundle/manifest.json"} <= items
+    # Nothing was launched, and nothing is left behind.
+    assert not list((job_home / "jobs").glob("*"))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(dry_run=False), "can only --dry-run so far"),
+        (dict(backend="local"), "add --backend kubernetes"),
+        (dict(worker_resources="cpu=lots"), "'lots' is not a Kubernetes quantity for cpu"),
+        (dict(pod_template="/no/such.yaml"), "pod_template '/no/such.yaml' does not exist"),
+        (dict(shared_volume="nfs:server"), "neither 'pvc:CLAIM' nor 'hostPath"),
+    ],
+    ids=["launch", "local", "quantity", "template", "volume"],
+)
+def test_bad_kubernetes_options_are_refused_before_anything_is_made(
+    digits, job_home, options, message
+):
+    options = {"backend": "kubernetes", "dry_run": True, **options}
+    with pytest.raises(SpecError, match=message):
+        edl.train(custom_model, **DIGITS, data=digits, check=False, **options)
+    assert not list((job_home / "jobs").glob("*")) if (job_home / "jobs").exists() else True
