@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 # What can happen to an instance, the same words for every backend.
 STARTED = "started"  # launched (process spawned, pod created)
+PENDING = "pending"  # waiting to be scheduled or started; `reason` says for what
 RUNNING = "running"  # confirmed running
 SUCCEEDED = "succeeded"  # exited with code 0
 FAILED = "failed"  # exited with a non-zero code

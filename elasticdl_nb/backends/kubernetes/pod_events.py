@@ -1,0 +1,127 @@
+"""A pod, as the API server reports it, turned into the one normalized `InstanceEvent`.
+
+The master's policy (runtime/master/instances.py) knows nothing of pods: it hears that a
+worker is pending (and why), running, succeeded, failed with an exit code, was killed by
+a signal, ran out of memory, was preempted or evicted, or was deleted. This module reads
+those facts out of a pod's status; it is a pure function, so every case is a unit test.
+
+Where the facts live:
+- scheduling: `status.conditions[type=PodScheduled]` with reason `Unschedulable` and the
+  scheduler's message ("0/3 nodes are available: 3 Insufficient memory");
+- image trouble: the container's `state.waiting.reason` (ErrImagePull, ImagePullBackOff,
+  InvalidImageName, CreateContainerConfigError);
+- the end: the container's `state.terminated` (exitCode, reason OOMKilled/Error/Completed);
+- taken away: `status.reason` Evicted/Preempting (older servers), or a
+  `DisruptionTarget` condition (1.26+: PreemptionByScheduler, EvictionByEvictionAPI,
+  DeletionByTaintManager, TerminationByKubelet).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from elasticdl_nb.backends.instance_event import (
+    DELETED,
+    FAILED,
+    KILLED,
+    OOM,
+    PENDING,
+    PREEMPTED,
+    RUNNING,
+    STARTED,
+    SUCCEEDED,
+    InstanceEvent,
+)
+from elasticdl_nb.backends.kubernetes.manifests import LABEL_INDEX, LABEL_ROLE
+
+_IMAGE_TROUBLE = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+_TAKEN_AWAY = {"Evicted", "Preempting", "Preempted", "NodeLost", "Shutdown", "Terminated"}
+
+
+def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent | None:
+    """The event a pod's current state means, or None for a pod that is not a worker or
+    PS of ours. `deleted`: the watch reported the pod gone."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    role = labels.get(LABEL_ROLE)
+    if role not in ("worker", "ps") or LABEL_INDEX not in labels:
+        return None
+    index = int(labels[LABEL_INDEX])
+    status = pod.get("status") or {}
+
+    def event(kind: str, **fields: Any) -> InstanceEvent:
+        return InstanceEvent(role, index, kind, **fields)
+
+    container = _first_container_status(status)
+    terminated = (container.get("state") or {}).get("terminated")
+    taken = _taken_away(status)
+    if terminated:
+        code = terminated.get("exitCode")
+        why = terminated.get("reason") or ""
+        message = terminated.get("message") or ""
+        if why == "OOMKilled":
+            return event(OOM, exit_code=code, reason="OOMKilled: over its memory limit")
+        if taken:
+            return event(PREEMPTED, exit_code=code, reason=taken)
+        if code == 0:
+            return event(SUCCEEDED, exit_code=0, reason="completed")
+        if code is not None and code > 128 and _signal_name(code - 128):
+            name = _signal_name(code - 128)
+            return event(KILLED, exit_code=code, signal=name, reason=f"killed by {name}")
+        return event(FAILED, exit_code=code, reason=message or why or f"exited with code {code}")
+    if taken:
+        return event(PREEMPTED, reason=taken)
+    if deleted:
+        return event(DELETED, reason="pod deleted")
+    phase = status.get("phase")
+    if phase == "Running":
+        return event(RUNNING)
+    if phase == "Failed":  # failed before a container ran (admission, node trouble)
+        return event(FAILED, reason=status.get("message") or status.get("reason") or "failed")
+    if phase == "Succeeded":
+        return event(SUCCEEDED, exit_code=0, reason="completed")
+    waiting = (container.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in _IMAGE_TROUBLE:
+        return event(PENDING, reason=f"{waiting['reason']}: {waiting.get('message', '')}".strip())
+    unscheduled = _condition(status, "PodScheduled")
+    if unscheduled and unscheduled.get("status") == "False":
+        message = unscheduled.get("message") or unscheduled.get("reason") or "not scheduled"
+        return event(PENDING, reason=f"unschedulable: {message}")
+    return event(STARTED if not status else PENDING, reason=waiting.get("reason", ""))
+
+
+def _first_container_status(status: dict[str, Any]) -> dict[str, Any]:
+    statuses = status.get("containerStatuses") or []
+    return statuses[0] if statuses else {}
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def _taken_away(status: dict[str, Any]) -> str:
+    """Why the platform took the pod away ('' if it did not): eviction, preemption."""
+    disruption = _condition(status, "DisruptionTarget")
+    if disruption and disruption.get("status") == "True":
+        return f"{disruption.get('reason', 'disrupted')}: {disruption.get('message', '')}".strip()
+    if status.get("reason") in _TAKEN_AWAY:
+        return f"{status['reason']}: {status.get('message', '')}".strip().rstrip(":")
+    return ""
+
+
+def _signal_name(number: int) -> str | None:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
