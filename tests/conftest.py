@@ -9,6 +9,8 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def job_processes(home: Path) -> list[str]:
     """Command lines of the live elasticdl-nb processes of jobs under `home`."""

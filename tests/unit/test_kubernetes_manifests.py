@@ -143,3 +143,30 @@ def test_bad_kubernetes_options_are_refused_before_anything_is_made(
     with pytest.raises(SpecError, match=message):
         edl.train(custom_model, **DIGITS, data=digits, check=False, **options)
     assert not list((job_home / "jobs").glob("*")) if (job_home / "jobs").exists() else True
+
+
+def test_deploy_manifests_are_strictly_valid_and_grant_no_cluster_wide_rights():
+    import kubernetes_validate
+
+    from tests.conftest import REPO
+
+    documents = []
+    for path in sorted((REPO / "deploy").glob("*.yaml")):
+        documents += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
+    for _, document in documents:
+        kubernetes_validate.validate(document, CURRENT_KUBERNETES, strict=True)
+    kinds = {(name, d["kind"]) for name, d in documents}
+    assert ("rbac.yaml", "ClusterRole") not in kinds  # least privilege: namespaced only
+    roles = {d["metadata"]["name"]: d for _, d in documents if d["kind"] == "Role"}
+    master_rules = {
+        resource: set(rule["verbs"])
+        for rule in roles["elasticdl-nb-master"]["rules"]
+        for resource in rule["resources"]
+    }
+    # The master manages pods and services, and nothing else (no secrets, no configmaps).
+    assert set(master_rules) == {"pods", "pods/log", "services"}
+    assert "*" not in set().union(*master_rules.values())
+    classes = {
+        d["metadata"]["name"]: d["value"] for _, d in documents if d["kind"] == "PriorityClass"
+    }
+    assert classes["elasticdl-nb-low"] < classes["elasticdl-nb-high"]
