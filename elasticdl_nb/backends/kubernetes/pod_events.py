@@ -95,7 +95,7 @@ def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent 
     if unscheduled and unscheduled.get("status") == "False":
         message = unscheduled.get("message") or unscheduled.get("reason") or "not scheduled"
         return event(PENDING, reason=f"unschedulable: {message}")
-    return event(STARTED if not status else PENDING, reason=waiting.get("reason", ""))
+    return event(STARTED)  # created, on its way (scheduled, pulling, creating): nothing to say
 
 
 def _first_container_status(status: dict[str, Any]) -> dict[str, Any]:

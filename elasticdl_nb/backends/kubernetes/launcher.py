@@ -1,0 +1,150 @@
+"""The master's hands on Kubernetes: worker and PS pods, a Service per PS, and what
+happens to them reported back as normalized instance events.
+
+The same `InstanceLauncher` the local backend implements, so the elastic policy
+(runtime/master/instances.py) is the same on both. A PS is relaunched under its old
+name (its Service, and so its address, stays); its ended pod is removed first. Every
+object is owned by the master pod: deleting the master pod deletes the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from elasticdl_nb.backends.instance_event import EventSink
+from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.backends.kubernetes.pod_events import instance_event
+from elasticdl_nb.backends.kubernetes.pod_watch import PodWatch
+from elasticdl_nb.spec import JobSpec
+
+log = logging.getLogger("elasticdl_nb.kubernetes")
+
+OLD_POD_GONE_SECONDS = 60.0
+
+
+class PodLauncher:
+    def __init__(self, spec: JobSpec, name: str, api, master_uid: str, on_event: EventSink):
+        self.spec, self.name, self.api = spec, name, api
+        self.namespace = spec.namespace
+        self.owner = m.owner_reference(m.master_name(name), master_uid)
+        self.on_event = on_event
+        self._lock = threading.Lock()
+        self._uids: dict[str, str] = {}  # pod name -> uid of the incarnation we made
+        self._reported: dict[str, tuple] = {}  # pod name -> last event reported
+        self._latest: dict[str, tuple] = {}  # pod name -> (last state seen, deleted)
+        self.watch = PodWatch(api, self.namespace, f"{m.LABEL_JOB}={name}", self._on_pod)
+
+    def start(self) -> PodLauncher:
+        self.watch.start()
+        return self
+
+    # ------------------------------------------------------------------ InstanceLauncher
+
+    def launch(self, role: str, instance_id: int) -> None:
+        if role == "ps":
+            self._create_service(m.ps_service(self.spec, self.name, instance_id, self.owner))
+            body = m.ps_pod(self.spec, self.name, instance_id, self.owner)
+        else:
+            body = m.worker_pod(self.spec, self.name, instance_id, self.owner)
+        pod_name = body["metadata"]["name"]
+        self._remove_ended_pod(pod_name)  # a PS relaunched under its old name
+        created = self._call(self.api.create_namespaced_pod, self.namespace, body)
+        uid = created["metadata"]["uid"]
+        with self._lock:
+            self._uids[pod_name] = uid
+            self._reported.pop(pod_name, None)
+            latest = self._latest.get(pod_name)
+        # The watch may have seen the new pod before its uid was known here (and passed
+        # it over); report that state now.
+        if latest and (latest[0].get("metadata") or {}).get("uid") == uid:
+            self._on_pod(*latest)
+
+    def kill(self, role: str, instance_id: int, force: bool = False) -> None:
+        self._delete_pod(m.pod_name(self.name, role, instance_id), grace=0 if force else None)
+
+    def shutdown(self, grace_seconds: float) -> None:
+        self.watch.stop()
+        pods = self._call(
+            self.api.list_namespaced_pod,
+            self.namespace,
+            label_selector=f"{m.LABEL_JOB}={self.name}",
+        )
+        for pod in pods.get("items", []):
+            if pod["metadata"]["labels"].get(m.LABEL_ROLE) in ("worker", "ps"):
+                self._delete_pod(pod["metadata"]["name"], grace=int(grace_seconds))
+
+    # ------------------------------------------------------------------ watching
+
+    def _on_pod(self, pod: dict[str, Any], deleted: bool) -> None:
+        meta = pod.get("metadata") or {}
+        pod_name, uid = meta.get("name", ""), meta.get("uid")
+        event = instance_event(pod, deleted)
+        if event is None:
+            return
+        with self._lock:
+            self._latest[pod_name] = (pod, deleted)
+            if self._uids.get(pod_name) != uid:
+                return  # an earlier incarnation of a relaunched PS, or not ours
+            seen = (event.kind, event.reason, event.exit_code)
+            if self._reported.get(pod_name) == seen:
+                return  # the watch repeats states (re-lists, unrelated status changes)
+            self._reported[pod_name] = seen
+        self.on_event(event)
+
+    # ------------------------------------------------------------------ API calls
+
+    def _call(self, method, *args, **kwargs) -> dict[str, Any]:
+        """An API call whose answer is read as plain JSON: older servers' Status replies
+        (e.g. to a Service delete on 1.20) do not parse into the client's models."""
+        import json
+
+        response = method(*args, _preload_content=False, **kwargs)
+        return json.loads(response.data or b"{}")
+
+    def _create_service(self, body: dict[str, Any]) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self._call(self.api.create_namespaced_service, self.namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:  # it exists already: the PS is being relaunched
+                raise
+
+    def _delete_pod(self, pod_name: str, grace: int | None) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self._call(
+                self.api.delete_namespaced_pod,
+                pod_name,
+                self.namespace,
+                grace_period_seconds=grace,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _remove_ended_pod(self, pod_name: str) -> None:
+        """Delete a leftover pod of this name and wait until the server has let it go."""
+        from kubernetes.client.rest import ApiException
+
+        deadline = time.monotonic() + OLD_POD_GONE_SECONDS
+        deleted = False
+        while time.monotonic() < deadline:
+            try:
+                self._call(self.api.read_namespaced_pod, pod_name, self.namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            if not deleted:
+                self._delete_pod(pod_name, grace=0)
+                deleted = True
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"pod {pod_name} is still there {OLD_POD_GONE_SECONDS:.0f} s after being "
+            "deleted; it cannot be relaunched under its name"
+        )

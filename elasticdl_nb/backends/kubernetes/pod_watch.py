@@ -1,0 +1,111 @@
+"""Follow a job's pods through the API server, through anything the server does.
+
+A list gives every pod and a resourceVersion; a watch from that version gives every change
+after it. When the server no longer has that version (410 Gone, after a compaction or a
+restart), the watch starts over from a fresh list; when the connection drops, it
+reconnects with backoff. Each pod state reaches `on_pod(pod, deleted)` as a plain dict
+(the API's JSON), in order, at least once; consumers keep only what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("elasticdl_nb.kubernetes")
+
+PodCallback = Callable[[dict[str, Any], bool], None]
+
+
+class PodWatch:
+    def __init__(
+        self,
+        api,  # kubernetes.client.CoreV1Api
+        namespace: str,
+        selector: str,
+        on_pod: PodCallback,
+        watch_seconds: int = 60,
+    ):
+        self.api, self.namespace, self.selector = api, namespace, selector
+        self.on_pod = on_pod
+        self.watch_seconds = watch_seconds  # a server-side timeout: reconnect this often
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+        self.relists = 0  # how often it had to start over from a list (410, errors)
+
+    def start(self) -> PodWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 0.2
+        version = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                version = self._watch(version)
+                backoff = 0.2
+            except _Gone:
+                log.info("pod watch: resourceVersion %s is gone; listing again", version)
+                version = None
+            except Exception as exc:  # the API server restarting, a dropped connection
+                log.warning("pod watch: %s; retrying in %.1f s", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                version = None  # what happened meanwhile comes from a fresh list
+
+    def _list(self) -> str:
+        self.relists += 1
+        pods = self.api.list_namespaced_pod(
+            self.namespace, label_selector=self.selector, _preload_content=False
+        )
+        body = _json(pods)
+        for pod in body.get("items", []):
+            self.on_pod(pod, False)
+        return body["metadata"]["resourceVersion"]
+
+    def _watch(self, version: str) -> str:
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        stream = watch.Watch()
+        try:
+            # With a timeout the client does not retry on its own: an expired version
+            # (410) comes back as an ApiException, handled by listing again.
+            for change in stream.stream(
+                self.api.list_namespaced_pod,
+                self.namespace,
+                label_selector=self.selector,
+                resource_version=version,
+                timeout_seconds=self.watch_seconds,
+                allow_watch_bookmarks=True,
+            ):
+                if self._stop.is_set():
+                    break
+                pod, kind = change["raw_object"], change["type"]
+                version = pod.get("metadata", {}).get("resourceVersion", version)
+                if kind != "BOOKMARK":
+                    self.on_pod(pod, kind == "DELETED")
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Gone() from exc
+            raise
+        finally:
+            stream.stop()
+        return version
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old for the server: list again."""
+
+
+def _json(response) -> dict[str, Any]:
+    import json
+
+    return json.loads(response.data)
