@@ -98,6 +98,9 @@ class JobSpec:
     )
     max_ps_relaunches: int = _opt(5, "Relaunches of crashed parameter servers.", minimum=0)
     # Kubernetes (--backend kubernetes); see elasticdl_nb/spec/kubernetes.py.
+    kubeconfig: str = _opt(
+        "", "The kubeconfig to reach the cluster with (default: $KUBECONFIG, ~/.kube/config)."
+    )
     namespace: str = _opt("default", "Kubernetes namespace of the job's objects.")
     image: str = _opt(
         "elasticdl-nb:0.1.0", "Runtime image of the job's pods (built from deploy/Dockerfile)."

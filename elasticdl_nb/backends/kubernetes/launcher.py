@@ -16,6 +16,7 @@ from typing import Any
 
 from elasticdl_nb.backends.instance_event import EventSink
 from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.backends.kubernetes.api import KubernetesError, call
 from elasticdl_nb.backends.kubernetes.pod_events import instance_event
 from elasticdl_nb.backends.kubernetes.pod_watch import PodWatch
 from elasticdl_nb.spec import JobSpec
@@ -44,14 +45,18 @@ class PodLauncher:
     # ------------------------------------------------------------------ InstanceLauncher
 
     def launch(self, role: str, instance_id: int) -> None:
-        if role == "ps":
-            self._create_service(m.ps_service(self.spec, self.name, instance_id, self.owner))
+        if role == "ps":  # the Service stays when its PS is relaunched: 409 is fine
+            service = m.ps_service(self.spec, self.name, instance_id, self.owner)
+            what = f"create Service {service['metadata']['name']}"
+            call(what, self.api.create_namespaced_service, self.namespace, service, allow=(409,))
             body = m.ps_pod(self.spec, self.name, instance_id, self.owner)
         else:
             body = m.worker_pod(self.spec, self.name, instance_id, self.owner)
         pod_name = body["metadata"]["name"]
         self._remove_ended_pod(pod_name)  # a PS relaunched under its old name
-        created = self._call(self.api.create_namespaced_pod, self.namespace, body)
+        created = call(
+            f"create pod {pod_name}", self.api.create_namespaced_pod, self.namespace, body
+        )
         uid = created["metadata"]["uid"]
         with self._lock:
             self._uids[pod_name] = uid
@@ -67,11 +72,9 @@ class PodLauncher:
 
     def shutdown(self, grace_seconds: float) -> None:
         self.watch.stop()
-        pods = self._call(
-            self.api.list_namespaced_pod,
-            self.namespace,
-            label_selector=f"{m.LABEL_JOB}={self.name}",
-        )
+        selector = f"{m.LABEL_JOB}={self.name}"
+        what = "list the job's pods"
+        pods = call(what, self.api.list_namespaced_pod, self.namespace, label_selector=selector)
         for pod in pods.get("items", []):
             if pod["metadata"]["labels"].get(m.LABEL_ROLE) in ("worker", "ps"):
                 self._delete_pod(pod["metadata"]["name"], grace=int(grace_seconds))
@@ -96,55 +99,35 @@ class PodLauncher:
 
     # ------------------------------------------------------------------ API calls
 
-    def _call(self, method, *args, **kwargs) -> dict[str, Any]:
-        """An API call whose answer is read as plain JSON: older servers' Status replies
-        (e.g. to a Service delete on 1.20) do not parse into the client's models."""
-        import json
-
-        response = method(*args, _preload_content=False, **kwargs)
-        return json.loads(response.data or b"{}")
-
-    def _create_service(self, body: dict[str, Any]) -> None:
-        from kubernetes.client.rest import ApiException
-
-        try:
-            self._call(self.api.create_namespaced_service, self.namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:  # it exists already: the PS is being relaunched
-                raise
-
     def _delete_pod(self, pod_name: str, grace: int | None) -> None:
-        from kubernetes.client.rest import ApiException
-
-        try:
-            self._call(
-                self.api.delete_namespaced_pod,
-                pod_name,
-                self.namespace,
-                grace_period_seconds=grace,
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        call(
+            f"delete pod {pod_name}",
+            self.api.delete_namespaced_pod,
+            pod_name,
+            self.namespace,
+            grace_period_seconds=grace,
+            allow=(404,),
+        )
 
     def _remove_ended_pod(self, pod_name: str) -> None:
         """Delete a leftover pod of this name and wait until the server has let it go."""
-        from kubernetes.client.rest import ApiException
-
         deadline = time.monotonic() + OLD_POD_GONE_SECONDS
         deleted = False
         while time.monotonic() < deadline:
-            try:
-                self._call(self.api.read_namespaced_pod, pod_name, self.namespace)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return
-                raise
+            found = call(
+                f"read pod {pod_name}",
+                self.api.read_namespaced_pod,
+                pod_name,
+                self.namespace,
+                allow=(404,),
+            )
+            if found is None:
+                return
             if not deleted:
                 self._delete_pod(pod_name, grace=0)
                 deleted = True
             time.sleep(0.2)
-        raise RuntimeError(
+        raise KubernetesError(
             f"pod {pod_name} is still there {OLD_POD_GONE_SECONDS:.0f} s after being "
             "deleted; it cannot be relaunched under its name"
         )

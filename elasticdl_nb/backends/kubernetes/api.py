@@ -1,0 +1,98 @@
+"""Talking to the API server: a client from the user's kubeconfig (or the pod's service
+account), and every refusal turned into one error that says what to do.
+
+The API's own errors are precise but terse ("pods is forbidden: User "alice" cannot
+create resource "pods" in API group "" in the namespace "ml""); a notebook user also
+needs the fix: which kubeconfig was used, that deploy/rbac.yaml grants exactly this,
+that the namespace must exist first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class KubernetesError(RuntimeError):
+    """The cluster refused or could not be reached; the message names the cause and fix."""
+
+
+def client_for(kubeconfig: str = "", timeout: float = 10.0):
+    """A `kubernetes.client.ApiClient`: from `kubeconfig`, else $KUBECONFIG or
+    ~/.kube/config, else the service account of the pod we run in."""
+    from kubernetes import client, config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG", "") or str(Path.home() / ".kube/config")
+    try:
+        if Path(path).expanduser().exists():
+            api = config.new_client_from_config(config_file=str(Path(path).expanduser()))
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+            api = client.ApiClient()
+        else:
+            raise KubernetesError(
+                f"No kubeconfig at {path} and not running in a cluster. Fix: pass "
+                "kubeconfig='/path/to/kubeconfig' (--kubeconfig), set KUBECONFIG, or run "
+                "`kubectl config view` to check that yours works."
+            )
+    except KubernetesError:
+        raise
+    except Exception as exc:  # the client's config errors: bad YAML, missing context, ...
+        raise KubernetesError(f"Cannot use the kubeconfig {path}: {exc}") from exc
+    api.configuration.retries = 1
+    api.user_agent = "elasticdl-nb"
+    api.timeout = timeout
+    return api
+
+
+def call(
+    what: str, method, *args: Any, allow: tuple[int, ...] = (), **kwargs: Any
+) -> dict[str, Any] | None:
+    """Run one API call and return its JSON (read raw: older servers' Status replies do
+    not parse into the client's models), or None for a refusal whose status is in
+    `allow` (404 for "already gone", 409 for "already there"). `what` says what the call
+    does, for the error."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        response = method(*args, _preload_content=False, _request_timeout=15, **kwargs)
+    except ApiException as exc:
+        if exc.status in allow:
+            return None
+        raise KubernetesError(explain(what, exc)) from None
+    except Exception as exc:  # connection refused, TLS, DNS, timeouts: the server is out of reach
+        raise KubernetesError(
+            f"Cannot {what}: the API server is out of reach ({type(exc).__name__}: "
+            f"{_short(exc)}). Fix: check that the cluster is up and that the kubeconfig's "
+            "server address is reachable from here (`kubectl cluster-info`)."
+        ) from None
+    return json.loads(response.data or b"{}")
+
+
+def explain(what: str, exc) -> str:
+    """A refusal of the API server as a sentence with its fix."""
+    try:
+        detail = json.loads(exc.body or "{}").get("message", "")
+    except (TypeError, ValueError):
+        detail = ""
+    detail = detail or exc.reason or ""
+    fixes = {
+        401: "the kubeconfig's credentials were not accepted (expired token or "
+        "certificate?): refresh them, e.g. log in to the cluster again.",
+        403: "the user lacks a permission. deploy/rbac.yaml holds exactly what a notebook "
+        "user needs (Role elasticdl-nb-user); ask an admin to apply it and bind it to you.",
+        404: "it does not exist. If that is the namespace, create it first "
+        "(`kubectl create namespace NAME`) or pass namespace= one that exists.",
+        409: "an object of that name exists already: pick another job name, or delete the "
+        "old job's objects (`%elasticdl stop NAME`).",
+        422: "the server found the object invalid.",
+    }
+    fix = fixes.get(exc.status, "")
+    return f"Cannot {what}: {detail} (HTTP {exc.status}). {fix}".strip()
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text[:200]

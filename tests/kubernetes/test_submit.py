@@ -1,0 +1,127 @@
+"""Starting a job from the notebook against a real API server with RBAC on: with exactly
+deploy/rbac.yaml's permissions it works; without them, or with the cluster out of reach,
+the namespace missing or the bundle too big, the error says why and what to do, and
+nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from elasticdl_nb.backends.kubernetes.api import KubernetesError, client_for
+from elasticdl_nb.backends.kubernetes.submit import submit
+from elasticdl_nb.model import write_bundle
+from elasticdl_nb.spec import JobSpec
+from tests.conftest import REPO
+from tests.integration.models import DIGITS, custom_model
+
+pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
+
+
+def prepared_job(tmp_path, namespace: str, **options):
+    spec = JobSpec.from_options(data=["x"], backend="kubernetes", namespace=namespace, **options)
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "spec.json").write_text(spec.to_json())
+    (job_dir / "sources.json").write_text(json.dumps({"train": [], "validation": []}))
+    write_bundle(job_dir / "bundle", functions={"custom_model": custom_model, **DIGITS})
+    return spec, job_dir
+
+
+def objects_of(core, namespace) -> list[str]:
+    found = [
+        f"ConfigMap {c.metadata.name}" for c in core.list_namespaced_config_map(namespace).items
+    ]
+    found += [f"Secret {s.metadata.name}" for s in core.list_namespaced_secret(namespace).items]
+    found += [f"Pod {p.metadata.name}" for p in core.list_namespaced_pod(namespace).items]
+    found += [f"Service {s.metadata.name}" for s in core.list_namespaced_service(namespace).items]
+    return sorted(x for x in found if "job-" in x)
+
+
+def grant_rbac_yaml(admin, namespace: str, user: str) -> None:
+    """Apply deploy/rbac.yaml in the namespace and bind its user Role to `user`."""
+    from kubernetes import client, utils
+
+    documents = [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()) if d]
+    for document in documents:
+        utils.create_from_dict(admin, document, namespace=namespace)
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "elasticdl-nb-user"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "elasticdl-nb-user"},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )  # fmt: skip
+
+
+def test_a_user_with_the_rbac_yaml_role_starts_a_job_and_without_it_gets_told_why(
+    k8s_cluster, k8s_admin_client, k8s_user_client, k8s_namespace, tmp_path
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    no_priority = {f"{r}_priority_class": "" for r in ("master", "ps", "worker")}
+    spec, job_dir = prepared_job(tmp_path, k8s_namespace, name="job-a", **no_priority)
+
+    with pytest.raises(KubernetesError) as refused:
+        submit(spec, "job-a", job_dir, "secret-token", api_client=k8s_user_client)
+    message = str(refused.value)
+    assert "forbidden" in message and "(HTTP 403)" in message
+    assert "deploy/rbac.yaml" in message and "elasticdl-nb-user" in message
+    assert objects_of(core, k8s_namespace) == []
+
+    grant_rbac_yaml(k8s_admin_client, k8s_namespace, k8s_cluster.user_name)
+    master = submit(spec, "job-a", job_dir, "secret-token", api_client=k8s_user_client)
+    assert master["metadata"]["labels"]["elasticdl-nb/role"] == "master"
+    assert objects_of(core, k8s_namespace) == [
+        "ConfigMap job-a-bundle",
+        "Pod job-a-master",
+        "Secret job-a-token",
+        "Service job-a-master",
+    ]
+    secret = core.read_namespaced_secret("job-a-token", k8s_namespace)
+    assert secret.data["token"] == "c2VjcmV0LXRva2Vu"  # base64 of secret-token
+
+    # The same name again: the first object already exists, and that is what it says.
+    with pytest.raises(KubernetesError, match=r"already exists .*HTTP 409.*another job name"):
+        submit(spec, "job-a", job_dir, "t", api_client=k8s_user_client)
+
+
+def test_a_half_made_job_is_undone(k8s_admin_client, k8s_namespace, tmp_path):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    # The master pod is refused (its service account does not exist): the ConfigMap and
+    # Secret made before it are deleted again.
+    spec, job_dir = prepared_job(tmp_path, k8s_namespace, name="job-b", service_account="nobody")
+    with pytest.raises(KubernetesError, match="create Pod job-b-master"):
+        submit(spec, "job-b", job_dir, "t", api_client=k8s_admin_client)
+    assert objects_of(core, k8s_namespace) == []
+
+
+def test_missing_namespace_unreachable_server_no_kubeconfig_and_oversize_bundle(
+    k8s_cluster, k8s_admin_client, tmp_path, monkeypatch
+):
+    spec, job_dir = prepared_job(tmp_path, "no-such-namespace", name="job-c")
+    with pytest.raises(KubernetesError, match=r"not found \(HTTP 404\).*create it first"):
+        submit(spec, "job-c", job_dir, "t", api_client=k8s_admin_client)
+
+    closed = tmp_path / "closed.kubeconfig"
+    config = json.loads(k8s_cluster.admin_kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"  # nothing listens
+    closed.write_text(json.dumps(config))
+    with pytest.raises(KubernetesError, match="out of reach.*kubectl cluster-info"):
+        submit(spec, "job-c", job_dir, "t", api_client=client_for(str(closed)))
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubernetesError, match="No kubeconfig at .*none.*set KUBECONFIG"):
+        client_for()
+
+    (job_dir / "bundle" / "big.bin").write_bytes(b"\0" * (2 * 2**20))
+    with pytest.raises(KubernetesError, match=r"2\.0\d MB, more than a ConfigMap holds"):
+        submit(spec, "job-c", job_dir, "t", api_client=k8s_admin_client)
