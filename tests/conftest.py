@@ -35,11 +35,33 @@ def job_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("ELASTICDL_NB_HOME", str(home))
     yield home
-    # Stop whatever a failing test left running, so one failure does not cascade.
+    # Stop whatever a failing test left running, so one failure does not cascade; a job
+    # still running here was stuck or abandoned: its processes' stacks (SIGUSR1, see
+    # runtime/logs.py) and log tails go into the test's report first.
     from elasticdl_nb.backends.local import registry, submit
 
     for record in registry.all_jobs():
+        leftovers = job_processes(home)
+        if leftovers:
+            _report_stuck_job(record, leftovers)
         submit.kill_job(record, grace_seconds=2)
+
+
+def _report_stuck_job(record, processes: list[str]) -> None:
+    import signal
+    import time
+
+    for line in processes:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGUSR1)
+        except (ProcessLookupError, ValueError):
+            pass
+    time.sleep(0.5)  # the stack dumps are written by each process itself
+    for log in sorted((record.dir / "logs").glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        useful = [x for x in lines if not x.startswith(("I0000", "WARNING: All log"))]
+        print(f"--- {record.name}: {log.name} (last 60 lines)")
+        print("\n".join(useful[-60:]))
 
 
 @pytest.fixture(scope="session")
