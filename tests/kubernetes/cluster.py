@@ -7,9 +7,9 @@
 - kube-apiserver v1.20.2 on https://127.0.0.1:<free port>, TLS from a CA made here,
   static bearer tokens (an admin in `system:masters` and an unprivileged user, for
   RBAC tests), `--authorization-mode=Node,RBAC`, service-account signing keys;
-- kube-controller-manager with only the garbagecollector, namespace, serviceaccount
-  and serviceaccount-token controllers, so owner references, namespace deletion and
-  service-account tokens behave as on a real cluster.
+- kube-controller-manager with only the garbagecollector, namespace, serviceaccount,
+  serviceaccount-token and resourcequota controllers, so owner references, namespace
+  deletion, service-account tokens and quotas behave as on a real cluster.
 
 There is no kubelet and no scheduler: pods are stored but never run. A pod with
 `spec.nodeName` set is deleted at once only with `grace_period_seconds=0`.
@@ -70,20 +70,59 @@ def _make_pki(pki: Path) -> None:
     """A CA, a serving certificate for the API server signed by it, and the RSA key
     pair that signs and verifies service-account tokens."""
     pki.mkdir(parents=True)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-             "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=elasticdl-nb-test-ca",
-             cwd=pki)
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key",
-             "-out", "apiserver.csr", "-subj", "/CN=kube-apiserver", cwd=pki)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "30",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-subj",
+        "/CN=elasticdl-nb-test-ca",
+        cwd=pki,
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "apiserver.key",
+        "-out",
+        "apiserver.csr",
+        "-subj",
+        "/CN=kube-apiserver",
+        cwd=pki,
+    )
     # The names clients use: loopback, and the in-cluster names of the API service.
     (pki / "san.ext").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\n"
         "extendedKeyUsage=serverAuth\n"
     )
-    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "30", "-extfile", "san.ext",
-             "-out", "apiserver.crt", cwd=pki)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "apiserver.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "apiserver.crt",
+        cwd=pki,
+    )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
@@ -225,7 +264,9 @@ class TestCluster:
         # before the fixture's teardown stops them in order.
         proc = subprocess.Popen(
             [str(self.bin_dir / name), *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         log.close()
@@ -255,14 +296,20 @@ class TestCluster:
         client, peer = _free_port(), _free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
-        self._spawn("etcd", [
-            "--name=test", f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=test={peer_url}",
-            "--unsafe-no-fsync",  # test data: speed over durability
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                "--name=test",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=test={peer_url}",
+                "--unsafe-no-fsync",  # test data: speed over durability
+                "--log-level=warn",
+            ],
+        )
 
         def healthy() -> bool:
             with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as resp:
@@ -281,22 +328,27 @@ class TestCluster:
             f"{self.user_token},{self.user_name},{self.user_name}\n"
         )
         tokens.chmod(0o600)
-        self._spawn("kube-apiserver", [
-            f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={port}", f"--cert-dir={self.pki}",
-            f"--tls-cert-file={self.pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={self.pki / 'apiserver.key'}",
-            f"--token-auth-file={tokens}",
-            "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={self.pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={self.pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            # No kubelet or real network: nothing to reconcile the `kubernetes` service to.
-            "--endpoint-reconciler-type=none",
-            "--allow-privileged=true",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.pki}",
+                f"--tls-cert-file={self.pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={self.pki / 'apiserver.key'}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={self.pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={self.pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                # No kubelet or real network: nothing to reconcile the `kubernetes` service to.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+            ],
+        )
         # /readyz waits for the post-start hooks too, e.g. RBAC's bootstrap roles.
         self._wait("kube-apiserver", lambda: self.request("/readyz")[0] == 200, deadline)
 
@@ -307,9 +359,18 @@ class TestCluster:
         ):
             # JSON is YAML, so every kubeconfig reader accepts it.
             config = {
-                "apiVersion": "v1", "kind": "Config", "current-context": "test",
-                "clusters": [{"name": "test", "cluster": {
-                    "server": self.server, "certificate-authority": str(self.ca_file)}}],
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [
+                    {
+                        "name": "test",
+                        "cluster": {
+                            "server": self.server,
+                            "certificate-authority": str(self.ca_file),
+                        },
+                    }
+                ],
                 "users": [{"name": user, "user": {"token": token}}],
                 "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
             }
@@ -317,17 +378,22 @@ class TestCluster:
             path.chmod(0o600)
 
     def _start_controller_manager(self, deadline: float) -> None:
-        self._spawn("kube-controller-manager", [
-            # Runs as the admin: simpler than a controller identity, same behaviour here.
-            f"--kubeconfig={self.admin_kubeconfig}",
-            "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
-            # Signs the tokens of service-account secrets; the CA goes into them as ca.crt.
-            f"--service-account-private-key-file={self.pki / 'sa.key'}",
-            f"--root-ca-file={self.ca_file}",
-            "--leader-elect=false",
-            # No serving ports (1.20 still opens an insecure one on 10252 by default).
-            "--port=0", "--secure-port=0",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                # Runs as the admin: simpler than a controller identity, same behaviour here.
+                f"--kubeconfig={self.admin_kubeconfig}",
+                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
+                "resourcequota",  # quota usage, without which quota admission refuses all
+                # Signs the tokens of service-account secrets; the CA goes into them as ca.crt.
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                "--leader-elect=false",
+                # No serving ports (1.20 still opens an insecure one on 10252 by default).
+                "--port=0",
+                "--secure-port=0",
+            ],
+        )
         # Ready when it has done its job once: the `default` service account of the
         # `default` namespace exists and has its token.
         self._wait(

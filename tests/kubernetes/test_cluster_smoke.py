@@ -41,8 +41,9 @@ def test_pod_list_and_watch_from_resource_version(k8s_admin_client, k8s_namespac
 
     events = []
     w = watch.Watch()
-    for event in w.stream(core.list_namespaced_pod, k8s_namespace,
-                          resource_version=start, timeout_seconds=20):
+    for event in w.stream(
+        core.list_namespaced_pod, k8s_namespace, resource_version=start, timeout_seconds=20
+    ):
         events.append((event["type"], event["object"].metadata.name))
         if event["type"] == "DELETED":
             w.stop()
@@ -57,10 +58,13 @@ def test_owner_reference_garbage_collection(k8s_admin_client, k8s_namespace):
     owner = client.V1OwnerReference(
         api_version="v1", kind="Pod", name="owner", uid=pod.metadata.uid
     )
-    core.create_namespaced_config_map(k8s_namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="owned", owner_references=[owner]),
-        data={"k": "v"},
-    ))
+    core.create_namespaced_config_map(
+        k8s_namespace,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="owned", owner_references=[owner]),
+            data={"k": "v"},
+        ),
+    )
 
     core.delete_namespaced_pod("owner", k8s_namespace, grace_period_seconds=0)
 
@@ -114,10 +118,13 @@ def test_service_delete_with_raw_response(k8s_admin_client, k8s_namespace):
     """The typed `delete_namespaced_service` of recent clients cannot parse what a 1.20
     server returns (see the cluster's notes); asking for the raw response works."""
     core = client.CoreV1Api(k8s_admin_client)
-    core.create_namespaced_service(k8s_namespace, client.V1Service(
-        metadata=client.V1ObjectMeta(name="svc"),
-        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]),
-    ))
+    core.create_namespaced_service(
+        k8s_namespace,
+        client.V1Service(
+            metadata=client.V1ObjectMeta(name="svc"),
+            spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]),
+        ),
+    )
     resp = core.delete_namespaced_service("svc", k8s_namespace, _preload_content=False)
     assert resp.status == 200
     with pytest.raises(ApiException) as err:

@@ -6,6 +6,7 @@ nothing is left behind."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 def prepared_job(tmp_path, namespace: str, **options):
     spec = JobSpec.from_options(data=["x"], backend="kubernetes", namespace=namespace, **options)
     job_dir = tmp_path / "job"
-    job_dir.mkdir()
+    job_dir.mkdir(parents=True)
     (job_dir / "spec.json").write_text(spec.to_json())
     (job_dir / "sources.json").write_text(json.dumps({"train": [], "validation": []}))
     write_bundle(job_dir / "bundle", functions={"custom_model": custom_model, **DIGITS})
@@ -98,7 +99,7 @@ def test_a_half_made_job_is_undone(k8s_admin_client, k8s_namespace, tmp_path):
     # The master pod is refused (its service account does not exist): the ConfigMap and
     # Secret made before it are deleted again.
     spec, job_dir = prepared_job(tmp_path, k8s_namespace, name="job-b", service_account="nobody")
-    with pytest.raises(KubernetesError, match="create Pod job-b-master"):
+    with pytest.raises(KubernetesError, match="create Pod job-b-master.*account does not exist"):
         submit(spec, "job-b", job_dir, "t", api_client=k8s_admin_client)
     assert objects_of(core, k8s_namespace) == []
 
@@ -125,3 +126,37 @@ def test_missing_namespace_unreachable_server_no_kubeconfig_and_oversize_bundle(
     (job_dir / "bundle" / "big.bin").write_bytes(b"\0" * (2 * 2**20))
     with pytest.raises(KubernetesError, match=r"2\.0\d MB, more than a ConfigMap holds"):
         submit(spec, "job-c", job_dir, "t", api_client=k8s_admin_client)
+
+
+def test_missing_priority_classes_and_a_full_quota_are_explained_not_blamed_on_rbac(
+    k8s_admin_client, k8s_namespace, tmp_path
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    # The default priority classes, which this cluster does not have.
+    spec, job_dir = prepared_job(tmp_path, k8s_namespace, name="job-d", service_account="default")
+    with pytest.raises(KubernetesError) as refused:
+        submit(spec, "job-d", job_dir, "t", api_client=k8s_admin_client)
+    message = str(refused.value)
+    assert "elasticdl-nb-high" in message and "deploy/priority-classes.yaml" in message
+    assert "rbac.yaml" not in message
+    assert objects_of(core, k8s_namespace) == []
+
+    core.create_namespaced_resource_quota(
+        k8s_namespace, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    )
+    no_priority = {f"{r}_priority_class": "" for r in ("master", "ps", "worker")}
+    spec, job_dir = prepared_job(
+        tmp_path / "2", k8s_namespace, name="job-e", service_account="default", **no_priority
+    )
+    deadline = time.monotonic() + 30
+    while True:  # until the quota controller has counted the namespace's usage
+        with pytest.raises(KubernetesError) as refused:
+            submit(spec, "job-e", job_dir, "t", api_client=k8s_admin_client)
+        if "exceeded quota" in str(refused.value) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    message = str(refused.value)
+    assert "exceeded quota" in message and "ResourceQuota has no room" in message
+    assert objects_of(core, k8s_namespace) == []

@@ -90,7 +90,31 @@ def explain(what: str, exc) -> str:
         422: "the server found the object invalid.",
     }
     fix = fixes.get(exc.status, "")
+    if exc.status == 403:  # admission plugins refuse with 403 too, for other reasons
+        fix = _forbidden_fix(detail) or fix
     return f"Cannot {what}: {detail} (HTTP {exc.status}). {fix}".strip()
+
+
+def _forbidden_fix(detail: str) -> str:
+    """The fix for a 403 that is not about RBAC, or '' for one that is."""
+    if "PriorityClass" in detail:
+        return (
+            "the job's priority classes do not exist in this cluster: a cluster admin "
+            "applies deploy/priority-classes.yaml, or pass master_priority_class='', "
+            "ps_priority_class='' and worker_priority_class='' (no priorities)."
+        )
+    if "exceeded quota" in detail:
+        return (
+            "the namespace's ResourceQuota has no room for it: request less "
+            "(worker_resources=, ps_resources=, master_resources=, fewer workers), or ask "
+            "for more quota (`kubectl describe quota`)."
+        )
+    if "serviceaccount" in detail and "not found" in detail:
+        return (
+            "the pod's service account does not exist: apply deploy/rbac.yaml in the "
+            "namespace, or pass service_account= one that exists."
+        )
+    return ""
 
 
 def _short(exc: Exception) -> str:
