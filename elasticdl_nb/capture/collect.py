@@ -53,7 +53,7 @@ class Capture:
             ("Keras model", list(self.keras_models)),
             ("value", [*self.literals, *(v for v in self.values if v != "__compiled__")]),
             ("module", list(self.local_modules)),
-            ("import", list(self.imports)),
+            ("import", [n for n in self.imports if not n.startswith("_")]),  # ours: not news
         ):
             if names:
                 parts.append(f"{label}: {', '.join(sorted(names))}")
@@ -150,10 +150,16 @@ class _Collector:
             path = Path((sys.modules.get(top) or module).__file__)
             self.capture.local_modules[top] = path.parent if path.name == "__init__.py" else path
         elif sys.modules.get(module.__name__) is not module:
-            raise CaptureError(
-                f"Cannot capture {name!r} (used by {used_by}): it is a module that cannot be "
-                f"imported by its name {module.__name__!r}. Fix: import it by name."
-            )
+            # A lazy stand-in (`from tensorflow import keras`) is not what sys.modules
+            # holds, but its name imports the real module all the same.
+            try:
+                importlib.import_module(module.__name__)
+            except ImportError:
+                raise CaptureError(
+                    f"Cannot capture {name!r} (used by {used_by}): it is a module that "
+                    f"cannot be imported by its name {module.__name__!r}. Fix: import it "
+                    "by name."
+                ) from None
         real = module.__name__
         short = real.rsplit(".", 1)[-1]
         if "." in real and short == name:
@@ -244,7 +250,7 @@ def collect(entries: Mapping[str, Any], namespace: Mapping[str, Any] | None = No
     ):
         if part in cap.compiled and entries.get(part) is None:
             cap.generated.append(text)
-            collector.add("keras", sys.modules["keras"], namespace, part)
+            cap.imports["_keras"] = keras_models.KERAS_IMPORT
         else:
             cap.compiled.pop(part, None)
     if cap.compiled:

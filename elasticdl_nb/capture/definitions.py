@@ -84,7 +84,7 @@ def find_definition(obj: Any) -> Definition | None:
             if start != codes[0].co_firstlineno:
                 continue
             at_definition = _loads(_evaluated_by_def(node))
-            at_call = _loads(node.body) & _global_names(codes[0])
+            at_call = (_loads(node.body) & _global_names(codes[0])) - _locals(codes[0])
         elif isinstance(node, ast.ClassDef):
             if not any(start <= c.co_firstlineno <= node.end_lineno for c in codes):
                 continue
@@ -96,6 +96,7 @@ def find_definition(obj: Any) -> Definition | None:
             )
             names_in_methods = set().union(*(_global_names(c) for c in codes))
             at_call = _loads([part for m in methods for part in m.body]) & names_in_methods
+            at_call -= set().union(*(_locals(c) for c in codes))
         else:
             continue
         source = textwrap.dedent("".join(text.splitlines(True)[start - 1 : node.end_lineno]))
@@ -137,3 +138,9 @@ def _global_names(code: CodeType) -> set[str]:
         if isinstance(const, CodeType):
             names |= _global_names(const)
     return names
+
+
+def _locals(code: CodeType) -> set[str]:
+    """Names a function binds itself (arguments, assignments, `import x` inside it):
+    `co_names` lists a local import's module name too, but it is no global."""
+    return set(code.co_varnames) | set(code.co_cellvars)

@@ -56,17 +56,20 @@ def load(path: Path, namespace: dict[str, Any]) -> Any:
     return keras.saving.load_model(path, custom_objects=custom, compile=False, safe_mode=False)
 
 
-# The contract functions of a compiled model, written into the captured module.
+# The contract functions of a compiled model, written into the captured module. They use
+# Keras under a name of their own: the notebook's `keras` may be bound to something else
+# (`from tensorflow import keras`).
+KERAS_IMPORT = "import keras as _keras"
 COMPILED_LOSS = """
-_compiled_loss = keras.losses.deserialize(_values["__compiled__"]["loss"])
+_compiled_loss = _keras.losses.deserialize(_values["__compiled__"]["loss"])
 
 
 def loss(labels, predictions):
     # Keras' loss functions give one value per example; the contract wants a scalar.
-    return keras.ops.mean(_compiled_loss(labels, predictions))
+    return _keras.ops.mean(_compiled_loss(labels, predictions))
 """
 
 COMPILED_OPTIMIZER = """
 def optimizer():
-    return keras.optimizers.deserialize(_values["__compiled__"]["optimizer"])
+    return _keras.optimizers.deserialize(_values["__compiled__"]["optimizer"])
 """

@@ -135,6 +135,32 @@ def test_a_compiled_keras_model_travels_as_config_and_weights_with_its_loss_and_
     assert out[2] == pytest.approx(float(__import__("math").log(3)))
 
 
+def test_a_compiled_model_beside_a_notebook_keras_that_is_tf_keras(shell, tmp_path):
+    # The notebook's `keras` is TensorFlow's; the compiled model's loss and optimizer are
+    # written with Keras under a name of their own, so the two do not clash.
+    ns = run(
+        shell,
+        """
+        from tensorflow import keras
+        tf_net = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        tf_net.compile(optimizer="sgd", loss="mse")
+
+        def tf_metrics():
+            return {"mae": keras.metrics.MeanAbsoluteError()}
+        """,
+    )
+    entries = {"custom_model": ns["tf_net"], "eval_metrics_fn": ns["tf_metrics"]}
+    write_bundle(tmp_path / "b", functions=entries)
+    text = (tmp_path / "b" / "source" / f"{MODULE}.py").read_text()
+    assert "from keras._tf_keras import keras" in text and "import keras as _keras" in text
+    out = load_in_fresh_process(
+        tmp_path / "b",
+        "[type(contract.optimizer()).__name__, list(contract.eval_metrics_fn()),"
+        " float(contract.loss(np.zeros((1, 1)), np.ones((1, 1))))]",
+    )
+    assert out == ["SGD", ["mae"], 1.0]
+
+
 def test_values_that_are_not_literals_are_pickled_and_local_modules_copied(shell, tmp_path):
     local = tmp_path / "mylocalmod.py"
     local.write_text("def offset():\n    return 5\n")
