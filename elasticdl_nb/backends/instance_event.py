@@ -48,6 +48,11 @@ class InstanceLauncher(Protocol):
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None: ...
 
+    def grow_memory(self, role: str) -> str | None:
+        """Give the role's next instances more memory (after an OOM): 'OLD -> NEW', or
+        None when there is no more to give."""
+        ...
+
     def shutdown(self, grace_seconds: float) -> None: ...
 
 

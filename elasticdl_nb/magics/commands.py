@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     attach = commands.add_parser("attach", help="show a job's dashboard and return its Job")
     attach.add_argument("name")
+    for command in (attach, parsers["list"]):  # Kubernetes jobs other notebooks started
+        command.add_argument("--namespace", help="also look for Kubernetes jobs there")
+        command.add_argument("--kubeconfig", default="", help="the cluster's kubeconfig")
     settings = commands.add_parser(
         "config", help="show the defaults for new jobs, or set them: config workers=3 epochs=2"
     )
@@ -179,13 +182,13 @@ class ElasticDLMagics(Magics):
             print(defaults.show(self.config_defaults))
             return None
         if command == "list":
-            jobs = edl.jobs()
+            jobs = edl.jobs(args["namespace"], args["kubeconfig"])
             if not jobs:
                 print("no jobs")
             for job in jobs:
                 print(f"{job['name']:<40} {job['state']}")
             return None
-        job = edl.attach(args["name"])
+        job = edl.attach(args["name"], args.get("namespace"), args.get("kubeconfig", ""))
         if command == "attach":
             self._show(job)
             return job

@@ -17,6 +17,11 @@ from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV, token_from_env
 JOB_DIR_ENV = "ELASTICDL_NB_JOB_DIR"
 MASTER_ENV = "ELASTICDL_NB_MASTER_ADDR"
 PS_ENV = "ELASTICDL_NB_PS_ADDRS"
+# Set on Kubernetes, where a process listens on its pod's IP (the downward API gives it)
+# while others reach it at its Service's address, and where a Service must name every
+# port, so the bulk channel cannot take whatever port the OS picks.
+BIND_HOST_ENV = "ELASTICDL_NB_BIND_HOST"
+BULK_PORT_ENV = "ELASTICDL_NB_BULK_PORT"
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,8 @@ class ProcessEnv:
     job_dir: Path
     master_addr: str
     ps_addrs: tuple[str, ...]
+    bind_host: str = ""
+    bulk_port: int = 0
 
     @classmethod
     def from_environ(cls) -> ProcessEnv:
@@ -37,6 +44,8 @@ class ProcessEnv:
             Path(job_dir),
             os.environ.get(MASTER_ENV, ""),
             tuple(a for a in ps.split(",") if a),
+            os.environ.get(BIND_HOST_ENV, ""),
+            int(os.environ.get(BULK_PORT_ENV) or 0),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -46,6 +55,12 @@ class ProcessEnv:
             MASTER_ENV: self.master_addr,
             PS_ENV: ",".join(self.ps_addrs),
         }
+
+    def listen_address(self, address: str) -> str:
+        """Where to listen to be reachable at `address`: its port, on the pod's IP when
+        there is one (a Service's address is not an interface of the pod)."""
+        host, port = address.rsplit(":", 1)
+        return f"{self.bind_host or host}:{port}"
 
     # Where things live inside the job directory.
     @property

@@ -80,11 +80,6 @@ def train(
         data=[_ARRAYS_PLACEHOLDER] if train_arrays else data,
         validation_data=[_ARRAYS_PLACEHOLDER] if eval_arrays else validation_data,
     )
-    if spec.backend == "kubernetes" and not dry_run:
-        raise SpecError(
-            "The Kubernetes backend can only --dry-run so far (launching pods is the next "
-            "step of its issue): pass dry_run=True (--dry-run), or use backend='local'."
-        )
     if dry_run and spec.backend != "kubernetes":
         raise SpecError("--dry-run shows a job's Kubernetes objects: add --backend kubernetes.")
     functions = functions_of(
@@ -114,7 +109,7 @@ def train(
     )
 
     name = spec.name or _default_name(model, spec)
-    record = registry.create_job(name)
+    record = registry.create_job(name, spec.backend)
     try:
         if train_arrays:
             spec.data = [stage_arrays(*_xy(data, "data"), str(record.dir / "data" / "train"))]
@@ -151,7 +146,12 @@ def train(
             check_one_batch(record.dir / "bundle", spec, train_sources)
         if dry_run:
             return _dry_run(spec, record)
-        submit.start_master(record)
+        if spec.backend == "kubernetes":
+            from elasticdl_nb.backends.kubernetes.submit import start_job
+
+            start_job(spec, record)
+        else:
+            submit.start_master(record)
     except BaseException:
         shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
         raise
@@ -176,20 +176,28 @@ def _xy(data: Any, option: str) -> tuple[Any, Any]:
     )
 
 
-def attach(name: str) -> Job:
-    """The `Job` of an existing job, running or finished, by name."""
+def attach(name: str, namespace: str | None = None, kubeconfig: str = "") -> Job:
+    """The `Job` of an existing job, running or finished, by name. With `namespace`, a
+    Kubernetes job that another notebook started is found there by its labels."""
     record = registry.find_job(name)
+    if record is None and namespace:
+        from elasticdl_nb.backends.kubernetes.find import record_for
+
+        record = record_for(name, namespace, kubeconfig)
     if record is None:
         known = [r.name for r in registry.all_jobs()]
+        where = f"in namespace {namespace!r} or " if namespace else ""
         raise LookupError(
-            f"No job named {name!r} under {registry.jobs_root()}. Known jobs: "
+            f"No job named {name!r} {where}under {registry.jobs_root()}. Known jobs: "
             f"{', '.join(known[-10:]) or 'none'}."
+            + ("" if namespace else " (A Kubernetes job from elsewhere: pass namespace=.)")
         )
     return Job(record)
 
 
-def jobs() -> list[dict]:
-    """Every local job with its state, newest last."""
+def jobs(namespace: str | None = None, kubeconfig: str = "") -> list[dict]:
+    """Every job this machine knows, newest last; with `namespace`, also the Kubernetes
+    jobs there that other notebooks started."""
     out = []
     for record in registry.all_jobs():
         job = Job(record)
@@ -198,4 +206,19 @@ def jobs() -> list[dict]:
         out.append(
             {"name": record.name, "state": state, "created": record.created, "dir": str(record.dir)}
         )
+    if namespace:
+        from elasticdl_nb.backends.kubernetes.find import list_jobs
+
+        known = {j["name"] for j in out}
+        for found in list_jobs(namespace, kubeconfig):
+            if found["name"] not in known:
+                phase = found["phase"].lower()
+                out.append(
+                    {
+                        "name": found["name"],
+                        "state": f"pod {phase}",
+                        "created": found["created"],
+                        "dir": "",
+                    }
+                )
     return out

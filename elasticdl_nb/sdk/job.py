@@ -15,8 +15,8 @@ from typing import Any
 
 import grpc
 
-from elasticdl_nb.backends.local import submit
 from elasticdl_nb.backends.local.registry import JobRecord
+from elasticdl_nb.backends.local.submit import log_tail
 from elasticdl_nb.runtime.master.journal import Event, read_journal_file
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
@@ -29,9 +29,21 @@ class JobFailed(RuntimeError):
     """The job ended in `failed`; the message is the master's reason."""
 
 
+def master_link(record: JobRecord):
+    """How to reach the job's master: the backend's `MasterLink`."""
+    if record.backend == "kubernetes":
+        from elasticdl_nb.backends.kubernetes.master_link import KubernetesMasterLink
+
+        return KubernetesMasterLink(record)
+    from elasticdl_nb.backends.local.master_link import LocalMasterLink
+
+    return LocalMasterLink(record)
+
+
 class Job:
     def __init__(self, record: JobRecord):
         self._record = record
+        self._link = master_link(record)
         self._stub: rpc.MasterStub | None = None
         self._stub_address = ""
 
@@ -40,8 +52,16 @@ class Job:
         return self._record.name
 
     @property
+    def backend(self) -> str:
+        return self._record.backend
+
+    @property
     def dir(self):
-        return self._record.dir
+        """Where the job's files are: journal, logs, checkpoints, exported model."""
+        return self._link.files
+
+    def _master_running(self) -> bool:
+        return self._link.address() is not None
 
     def __repr__(self) -> str:
         return f"<Job {self.name!r} {self.status().get('state')}>"
@@ -49,12 +69,12 @@ class Job:
     # ------------------------------------------------------------------ master connection
 
     def _master(self) -> rpc.MasterStub | None:
-        master = self._record.master
-        if not master or not self._record.master_alive():
+        address = self._link.address()
+        if address is None:
             return None
-        if self._stub is None or self._stub_address != master["address"]:
-            self._stub = rpc.MasterStub(open_channel(master["address"], self._record.token))
-            self._stub_address = master["address"]
+        if self._stub is None or self._stub_address != address:
+            self._stub = rpc.MasterStub(open_channel(address, self._record.token))
+            self._stub_address = address
         return self._stub
 
     # ------------------------------------------------------------------ reading
@@ -67,16 +87,15 @@ class Job:
                 return json.loads(stub.GetStatus(pb.Empty(), timeout=10).json)
             except grpc.RpcError:
                 pass
-        final = self._record.final_state
+        final = self._link.final_state()
         if final:
             return final
-        if self._master() is None:
-            return {
-                "name": self.name,
-                "state": "lost",
-                "error": "the master process is gone "
-                "without recording an end state (killed?); see job.logs('master')",
-            }
+        waiting = self._link.waiting_reason()
+        if waiting:
+            return {"name": self.name, "state": "starting", "waiting": waiting}
+        lost = self._link.lost_reason()
+        if lost:
+            return {"name": self.name, "state": "lost", "error": lost}
         return {"name": self.name, "state": "starting"}
 
     def events(
@@ -152,9 +171,10 @@ class Job:
             except grpc.RpcError:
                 pass
             deadline = time.monotonic() + timeout
-            while self._record.master_alive() and time.monotonic() < deadline:
+            while self._master_running() and time.monotonic() < deadline:
                 time.sleep(0.1)
-        submit.kill_job(self._record)
+        if not self._link.final_state():  # still running, or never got to run
+            self._link.kill()
         return self.status()
 
     def _require_master(self, what: str) -> rpc.MasterStub:
@@ -183,14 +203,14 @@ class Job:
         if status.get("state") not in ("succeeded", "stopped"):
             raise JobFailed(
                 f"Job {self.name!r} {status.get('state')}: {status.get('error')}\n"
-                f"End of the master's log:\n{submit.log_tail(self.dir / 'logs' / 'master.log', 15)}"
+                f"End of the master's log:\n{log_tail(self.dir / 'logs' / 'master.log', 15)}"
             )
         return status
 
     def _final_status(self, wait_seconds: float = 30.0) -> dict:
         """The end state, once the master has stopped every process and exited."""
         deadline = time.monotonic() + wait_seconds
-        while self._record.master_alive() and time.monotonic() < deadline:
+        while self._master_running() and time.monotonic() < deadline:
             time.sleep(0.05)
         return self.status()
 

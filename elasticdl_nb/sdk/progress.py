@@ -29,13 +29,26 @@ def _number(value: object) -> str:
     return f"{value:.4f}" if isinstance(value, int | float) else str(value)
 
 
+# How an instance can be lost, in the journal's words (backends/instance_event.py).
+LOST = ("failed", "killed", "oom", "preempted", "deleted")
+
+
 def describe(event: Event) -> str | None:
     """One line for a notable event, or None for routine ones."""
     d = event.data
-    if event.kind == "instance" and d.get("kind") in ("failed", "killed", "oom", "preempted"):
+    if event.kind == "instance" and d.get("kind") in LOST:
         if d.get("expected"):
             return None
-        return f"{d['role']} {d['id']} {d.get('reason') or d['kind']}"
+        reason = d.get("reason") or d["kind"]
+        if d["kind"] == "preempted" and "preempt" not in reason.lower():  # "Evicted: ..."
+            reason = f"preempted: {reason}"
+        return f"{d['role']} {d['id']} {reason}"
+    if event.kind == "instance" and d.get("kind") == "pending":
+        return f"{d['role']} {d['id']} pending: {d.get('reason', '')}"
+    if event.kind == "pending_too_long":
+        return f"{d['role']} {d['id']} still not started after {d['seconds']:.0f} s: {d['reason']}"
+    if event.kind == "memory_raised":
+        return f"{d['role']} {d['id']} ran out of memory: next {d['role']}s get {d['memory']}"
     if event.kind == "relaunch":
         return f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
     if event.kind == "relaunch_refused":

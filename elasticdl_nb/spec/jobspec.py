@@ -97,6 +97,12 @@ class JobSpec:
         minimum=0,
     )
     max_ps_relaunches: int = _opt(5, "Relaunches of crashed parameter servers.", minimum=0)
+    pending_timeout: int = _opt(
+        600,
+        "Seconds an instance may wait to be scheduled or started before the job is told: "
+        "it goes on with fewer workers; a PS that long pending fails the job.",
+        minimum=1,
+    )
     # Kubernetes (--backend kubernetes); see elasticdl_nb/spec/kubernetes.py.
     kubeconfig: str = _opt(
         "", "The kubeconfig to reach the cluster with (default: $KUBECONFIG, ~/.kube/config)."
@@ -130,6 +136,11 @@ class JobSpec:
     )
     worker_resources: str = _opt(
         "cpu=1,memory=2Gi", "Each worker pod's requests (memory is also the limit)."
+    )
+    max_memory: str = _opt(
+        "",
+        "The most memory a worker or PS pod is relaunched with after being OOMKilled "
+        "(each time it doubles); '' = 4x its request.",
     )
     env: list[str] = _opt([], "Environment variables of every pod, NAME=VALUE.")
     pod_template: str = _opt(

@@ -37,6 +37,28 @@ def parse_resources(option: str, text: str) -> dict[str, str]:
     return resources
 
 
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A memory quantity ('2Gi', '512M', '1e9') in bytes."""
+    number = re.match(r"^[0-9.]+([eE][0-9]+)?", quantity)
+    if not number or not _QUANTITY.match(quantity):
+        raise SpecError(f"{quantity!r} is not a Kubernetes quantity; write e.g. 512Mi or 4Gi.")
+    suffix = quantity[number.end() :]
+    scale = _BINARY.get(suffix) or _DECIMAL[suffix]
+    return int(float(number.group(0)) * scale)
+
+
+def bytes_quantity(size: int) -> str:
+    """Bytes as the shortest exact binary quantity ('3Gi', '1536Mi')."""
+    for suffix in ("Gi", "Mi", "Ki"):
+        if size % _BINARY[suffix] == 0:
+            return f"{size // _BINARY[suffix]}{suffix}"
+    return str(size)
+
+
 def parse_env(items: list[str]) -> dict[str, str]:
     """['A=1', 'B=x'] -> {'A': '1', 'B': 'x'}; SpecError for a malformed entry."""
     env: dict[str, str] = {}
@@ -57,6 +79,11 @@ def check_kubernetes_options(spec) -> None:
     for role in ("master", "ps", "worker"):
         parse_resources(f"{role}_resources", getattr(spec, f"{role}_resources"))
     parse_env(spec.env)
+    if spec.max_memory:
+        try:
+            quantity_bytes(spec.max_memory)
+        except SpecError as exc:
+            raise SpecError(f"Option 'max_memory': {exc}") from None
     if spec.shared_volume and not _VOLUME.match(spec.shared_volume):
         raise SpecError(
             f"Option 'shared_volume': {spec.shared_volume!r} is neither 'pvc:CLAIM' nor "

@@ -481,7 +481,7 @@ def _details_html(view: JobView) -> str:
         )
     table = (
         '<table class="edl-instances" style="font-size:12px;border-collapse:collapse">'
-        f'{"".join(rows)}</table>'
+        f"{''.join(rows)}</table>"
     )
     # column-reverse keeps the box scrolled to its bottom (the newest line) in browsers;
     # so the newest line comes first in the markup.

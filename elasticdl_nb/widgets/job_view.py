@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.sdk.progress import describe
+from elasticdl_nb.sdk.progress import LOST, describe
 from elasticdl_nb.widgets.series import Series
 
 TERMINAL = ("succeeded", "failed", "stopped")
@@ -314,4 +314,6 @@ def _is_error(event: Event) -> bool:
     d = event.data
     if event.kind == "job_state":
         return d.get("state") == "failed"
-    return event.kind in ("instance", "relaunch_refused", "ps_restored")
+    if event.kind == "instance":
+        return d.get("kind") in LOST
+    return event.kind in ("relaunch_refused", "ps_restored", "pending_too_long")

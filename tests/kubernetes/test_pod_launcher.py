@@ -42,9 +42,13 @@ def set_status(core, namespace, name, status):
     core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
 
-def test_launch_watch_and_relaunch_a_ps_under_its_old_name(k8s_admin_client, k8s_namespace):
+def test_launch_watch_and_relaunch_a_ps_under_its_old_name(
+    k8s_admin_client, k8s_namespace, tmp_path
+):
     from kubernetes import client
 
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("spec:\n  nodeName: a-node-no-kubelet-serves\n")
     core = client.CoreV1Api(k8s_admin_client)
     spec = JobSpec.from_options(
         data=["x"],
@@ -52,21 +56,22 @@ def test_launch_watch_and_relaunch_a_ps_under_its_old_name(k8s_admin_client, k8s
         namespace=k8s_namespace,
         ps=1,
         service_account="default",
+        # Bound to a node no kubelet serves: this test writes the pods' status itself.
+        pod_template=str(elsewhere),
         **{f"{role}_priority_class": "" for role in ("master", "ps", "worker")},
     )
     master = core.create_namespaced_pod(
         k8s_namespace, m.master_pod(spec, "job", ["spec.json"])
     )  # only its uid matters here: it owns the rest
     events = Events()
-    launcher = PodLauncher(spec, "job", core, master.metadata.uid, events).start()
+    addresses = m.Addresses.service_dns(spec, "job")
+    launcher = PodLauncher(spec, "job", core, master.metadata.uid, events, addresses).start()
     try:
         launcher.launch("ps", 0)
         launcher.launch("worker", 0)
         events.wait_for("ps", 0, "started")
         ps = core.read_namespaced_pod("job-ps-0", k8s_namespace)
         assert ps.metadata.owner_references[0].uid == master.metadata.uid
-        service = core.read_namespaced_service("job-ps-0", k8s_namespace)
-        assert service.spec.selector[m.LABEL_INDEX] == "0"
 
         running = {"phase": "Running", "containerStatuses": [_container({"running": {}})]}
         set_status(core, k8s_namespace, "job-worker-0", running)

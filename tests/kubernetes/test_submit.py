@@ -9,19 +9,19 @@ import json
 import time
 
 import pytest
-import yaml
 
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, client_for
 from elasticdl_nb.backends.kubernetes.submit import submit
 from elasticdl_nb.model import write_bundle
 from elasticdl_nb.spec import JobSpec
-from tests.conftest import REPO
 from tests.integration.models import DIGITS, custom_model
+from tests.kubernetes.access import grant_rbac_yaml
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
 
 def prepared_job(tmp_path, namespace: str, **options):
+    options.setdefault("shared_volume", f"hostPath:{tmp_path}/shared")
     spec = JobSpec.from_options(data=["x"], backend="kubernetes", namespace=namespace, **options)
     job_dir = tmp_path / "job"
     job_dir.mkdir(parents=True)
@@ -41,24 +41,6 @@ def objects_of(core, namespace) -> list[str]:
     return sorted(x for x in found if "job-" in x)
 
 
-def grant_rbac_yaml(admin, namespace: str, user: str) -> None:
-    """Apply deploy/rbac.yaml in the namespace and bind its user Role to `user`."""
-    from kubernetes import client, utils
-
-    documents = [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()) if d]
-    for document in documents:
-        utils.create_from_dict(admin, document, namespace=namespace)
-    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "elasticdl-nb-user"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                        "name": "elasticdl-nb-user"},
-            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-        },
-    )  # fmt: skip
-
-
 def test_a_user_with_the_rbac_yaml_role_starts_a_job_and_without_it_gets_told_why(
     k8s_cluster, k8s_admin_client, k8s_user_client, k8s_namespace, tmp_path
 ):
@@ -76,8 +58,12 @@ def test_a_user_with_the_rbac_yaml_role_starts_a_job_and_without_it_gets_told_wh
     assert objects_of(core, k8s_namespace) == []
 
     grant_rbac_yaml(k8s_admin_client, k8s_namespace, k8s_cluster.user_name)
-    master = submit(spec, "job-a", job_dir, "secret-token", api_client=k8s_user_client)
+    made = submit(spec, "job-a", job_dir, "secret-token", api_client=k8s_user_client)
+    master = made["Pod"]
     assert master["metadata"]["labels"]["elasticdl-nb/role"] == "master"
+    # Everything else belongs to the master pod: deleting it deletes the job.
+    for kind in ("Service", "ConfigMap", "Secret"):
+        assert made[kind]["metadata"]["ownerReferences"][0]["uid"] == master["metadata"]["uid"]
     assert objects_of(core, k8s_namespace) == [
         "ConfigMap job-a-bundle",
         "Pod job-a-master",

@@ -26,9 +26,9 @@ def test_times_compare_the_baseline_over_ours_so_that_higher_is_still_better():
 
 
 def test_limits_judge_the_worst_run_not_the_median():
-    assert harness.row("c", "p99 ms", [1, 2, 300], higher_is_better=False, limit=250)[
-        "met"
-    ] is False
+    assert (
+        harness.row("c", "p99 ms", [1, 2, 300], higher_is_better=False, limit=250)["met"] is False
+    )
     assert harness.row("c", "p99 ms", [1, 2, 3], higher_is_better=False, limit=250)["met"]
     assert harness.row("c", "jobs ok", [1, 1], limit=1)["met"]
 

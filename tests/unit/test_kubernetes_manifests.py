@@ -59,10 +59,10 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
         kubernetes_validate.validate(obj, CURRENT_KUBERNETES, strict=True)
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
     assert kinds == [
-        ("ConfigMap", "digits-bundle"),
-        ("Secret", "digits-token"),
         ("Pod", "digits-master"),
         ("Service", "digits-master"),
+        ("ConfigMap", "digits-bundle"),
+        ("Secret", "digits-token"),
         ("Pod", "digits-ps-0"),
         ("Service", "digits-ps-0"),
         ("Pod", "digits-ps-1"),
@@ -73,9 +73,10 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
     ]
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     assert all(o["metadata"]["namespace"] == "ml" for o in objects)
-    # What the master creates belongs to the master pod; what the notebook creates does not.
-    owned = [o for o in objects[4:] if o["metadata"].get("ownerReferences")]
-    assert len(owned) == 7 and all(
+    # Everything belongs to the master pod: deleting it deletes the job.
+    assert "ownerReferences" not in objects[0]["metadata"]
+    owned = [o for o in objects[1:] if o["metadata"].get("ownerReferences")]
+    assert len(owned) == 10 and all(
         o["metadata"]["ownerReferences"][0]["name"] == "digits-master" for o in owned
     )
     # The token is never printed, and reaches pods only from the Secret.
@@ -128,7 +129,7 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(dry_run=False), "can only --dry-run so far"),
+        (dict(dry_run=False), "needs shared_volume="),
         (dict(backend="local"), "add --backend kubernetes"),
         (dict(worker_resources="cpu=lots"), "'lots' is not a Kubernetes quantity for cpu"),
         (dict(pod_template="/no/such.yaml"), "pod_template '/no/such.yaml' does not exist"),

@@ -19,14 +19,17 @@ class KubernetesError(RuntimeError):
     """The cluster refused or could not be reached; the message names the cause and fix."""
 
 
-def client_for(kubeconfig: str = "", timeout: float = 10.0):
+def client_for(kubeconfig: str = "", timeout: float = 10.0, in_cluster: bool = False):
     """A `kubernetes.client.ApiClient`: from `kubeconfig`, else $KUBECONFIG or
-    ~/.kube/config, else the service account of the pod we run in."""
+    ~/.kube/config, else (or with `in_cluster`) the service account of the pod we run in."""
     from kubernetes import client, config
 
     path = kubeconfig or os.environ.get("KUBECONFIG", "") or str(Path.home() / ".kube/config")
     try:
-        if Path(path).expanduser().exists():
+        if in_cluster:
+            config.load_incluster_config()
+            api = client.ApiClient()
+        elif Path(path).expanduser().exists():
             api = config.new_client_from_config(config_file=str(Path(path).expanduser()))
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config()

@@ -16,17 +16,16 @@ MASTER_UID_PLACEHOLDER = "<the master pod's uid>"
 def job_manifests(spec: JobSpec, name: str, job_dir: Path) -> list[dict[str, Any]]:
     """The notebook's four objects, then what the master creates at start: a pod and a
     Service per PS and the first `workers` worker pods."""
-    files = m.bundle_files(job_dir)
+    from elasticdl_nb.backends.kubernetes.submit import job_objects
+
     owner = m.owner_reference(m.master_name(name), MASTER_UID_PLACEHOLDER)
-    objects = [
-        m.bundle_configmap(spec, name, files),
-        m.token_secret(spec, name, TOKEN_PLACEHOLDER),
-        m.master_pod(spec, name, list(files)),
-        m.master_service(spec, name),
-    ]
+    objects = job_objects(spec, name, job_dir, TOKEN_PLACEHOLDER)
+    for obj in objects[1:]:  # as submit() makes them: owned by the master pod
+        obj["metadata"]["ownerReferences"] = [owner]
+    addresses = m.Addresses.service_dns(spec, name)
     for i in range(spec.ps):
-        objects += [m.ps_pod(spec, name, i, owner), m.ps_service(spec, name, i, owner)]
-    objects += [m.worker_pod(spec, name, i, owner) for i in range(spec.workers)]
+        objects += [m.ps_pod(spec, name, i, owner, addresses), m.ps_service(spec, name, i, owner)]
+    objects += [m.worker_pod(spec, name, i, owner, addresses) for i in range(spec.workers)]
     return objects
 
 

@@ -20,6 +20,7 @@ from elasticdl_nb.backends.kubernetes.api import KubernetesError, call
 from elasticdl_nb.backends.kubernetes.pod_events import instance_event
 from elasticdl_nb.backends.kubernetes.pod_watch import PodWatch
 from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.spec.kubernetes import bytes_quantity, parse_resources, quantity_bytes
 
 log = logging.getLogger("elasticdl_nb.kubernetes")
 
@@ -27,8 +28,18 @@ OLD_POD_GONE_SECONDS = 60.0
 
 
 class PodLauncher:
-    def __init__(self, spec: JobSpec, name: str, api, master_uid: str, on_event: EventSink):
+    def __init__(
+        self,
+        spec: JobSpec,
+        name: str,
+        api,
+        master_uid: str,
+        on_event: EventSink,
+        addresses: m.Addresses,
+    ):
         self.spec, self.name, self.api = spec, name, api
+        self.addresses = addresses
+        self.memory: dict[str, str] = {}  # role -> memory of its next pods, after an OOM
         self.namespace = spec.namespace
         self.owner = m.owner_reference(m.master_name(name), master_uid)
         self.on_event = on_event
@@ -45,13 +56,10 @@ class PodLauncher:
     # ------------------------------------------------------------------ InstanceLauncher
 
     def launch(self, role: str, instance_id: int) -> None:
-        if role == "ps":  # the Service stays when its PS is relaunched: 409 is fine
-            service = m.ps_service(self.spec, self.name, instance_id, self.owner)
-            what = f"create Service {service['metadata']['name']}"
-            call(what, self.api.create_namespaced_service, self.namespace, service, allow=(409,))
-            body = m.ps_pod(self.spec, self.name, instance_id, self.owner)
-        else:
-            body = m.worker_pod(self.spec, self.name, instance_id, self.owner)
+        make = m.ps_pod if role == "ps" else m.worker_pod  # a PS's Service stays: master_site
+        body = make(
+            self.spec, self.name, instance_id, self.owner, self.addresses, self.memory.get(role)
+        )
         pod_name = body["metadata"]["name"]
         self._remove_ended_pod(pod_name)  # a PS relaunched under its old name
         created = call(
@@ -66,6 +74,21 @@ class PodLauncher:
         # it over); report that state now.
         if latest and (latest[0].get("metadata") or {}).get("uid") == uid:
             self._on_pod(*latest)
+
+    def grow_memory(self, role: str) -> str | None:
+        """After an OOM: the role's next pods get twice the memory, up to the spec's
+        max_memory (default 4x the request). Returns 'OLD -> NEW', or None at the cap."""
+        requested = parse_resources("resources", getattr(self.spec, f"{role}_resources"))
+        if "memory" not in requested:
+            return None  # no limit was set, so the OOM was the node's: more will not help
+        base = quantity_bytes(requested["memory"])
+        cap = quantity_bytes(self.spec.max_memory) if self.spec.max_memory else 4 * base
+        current = quantity_bytes(self.memory.get(role, requested["memory"]))
+        grown = min(2 * current, cap)
+        if grown <= current:
+            return None
+        self.memory[role] = bytes_quantity(grown)
+        return f"{bytes_quantity(current)} -> {self.memory[role]}"
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None:
         self._delete_pod(m.pod_name(self.name, role, instance_id), grace=0 if force else None)

@@ -12,11 +12,19 @@ Pure functions: no API calls here, so `--dry-run` prints exactly what would be c
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from elasticdl_nb.backends.kubernetes.pod_template import merge_into_pod
-from elasticdl_nb.runtime.process_env import JOB_DIR_ENV, MASTER_ENV, PS_ENV
+from elasticdl_nb.runtime.logs import LOG_DIR_ENV
+from elasticdl_nb.runtime.process_env import (
+    BIND_HOST_ENV,
+    BULK_PORT_ENV,
+    JOB_DIR_ENV,
+    MASTER_ENV,
+    PS_ENV,
+)
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.spec.kubernetes import parse_env, parse_resources
@@ -27,6 +35,7 @@ MASTER_PORT, PS_PORT, PS_BULK_PORT = 50001, 50002, 50003
 JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
 BUNDLE_MOUNT = "/etc/elasticdl-nb/job"  # the ConfigMap: spec, sources, model bundle
 TOKEN_KEY = "token"
+RUNTIME_GID = 1000  # the runtime image's user and group (deploy/Dockerfile)
 
 
 def labels(name: str, role: str | None = None, index: int | None = None) -> dict[str, str]:
@@ -80,9 +89,24 @@ def secret_name(name: str) -> str:
     return f"{name}-token"
 
 
-def ps_address(spec: JobSpec, name: str, index: int) -> str:
-    """A PS's stable address: its Service's DNS name, the same for every relaunch."""
-    return f"{pod_name(name, 'ps', index)}.{spec.namespace}.svc:{PS_PORT}"
+@dataclass(frozen=True)
+class Addresses:
+    """Where workers and PS reach the master and each PS: their Services, so a
+    relaunched PS keeps its address. The master uses the Services' cluster IPs (no
+    dependence on cluster DNS); `--dry-run`, before any IP exists, shows the DNS names."""
+
+    master: str
+    ps: tuple[str, ...]
+
+    @classmethod
+    def service_dns(cls, spec: JobSpec, name: str) -> Addresses:
+        def dns(obj_name: str, port: int) -> str:
+            return f"{obj_name}.{spec.namespace}.svc:{port}"
+
+        return cls(
+            dns(master_name(name), MASTER_PORT),
+            tuple(dns(pod_name(name, "ps", i), PS_PORT) for i in range(spec.ps)),
+        )
 
 
 # ---------------------------------------------------------------- what the notebook creates
@@ -136,7 +160,8 @@ def token_secret(spec: JobSpec, name: str, token: str) -> dict[str, Any]:
 
 def master_pod(spec: JobSpec, name: str, paths: list[str]) -> dict[str, Any]:
     command = ["python", "-m", "elasticdl_nb.runtime.master", "--job-dir", _job_dir(name)]
-    pod = _pod(spec, name, "master", None, command, spec.master_resources, [MASTER_PORT])
+    command += ["--copy-from", BUNDLE_MOUNT]  # the ConfigMap's files, into the job dir
+    pod = _pod(spec, name, "master", None, command, spec.master_resources, [MASTER_PORT], [])
     pod["spec"]["serviceAccountName"] = spec.service_account
     pod["spec"]["volumes"].append(bundle_volume(name, paths))
     pod["spec"]["containers"][0]["volumeMounts"].append(
@@ -152,17 +177,51 @@ def master_service(spec: JobSpec, name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- what the master creates
 
 
-def worker_pod(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
+def worker_pod(
+    spec: JobSpec,
+    name: str,
+    index: int,
+    owner: dict,
+    addresses: Addresses,
+    memory: str | None = None,
+) -> dict[str, Any]:
+    """`memory` overrides the spec's (a worker relaunched after running out of it)."""
     command = ["python", "-m", "elasticdl_nb.runtime.worker", "--id", str(index)]
-    pod = _pod(spec, name, "worker", index, command, spec.worker_resources, [], owner)
+    resources = _with_memory(spec.worker_resources, memory)
+    env = _address_env(addresses)
+    pod = _pod(spec, name, "worker", index, command, resources, [], env, owner)
     return merge_into_pod(pod, spec.pod_template)
 
 
-def ps_pod(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
+def ps_pod(
+    spec: JobSpec,
+    name: str,
+    index: int,
+    owner: dict,
+    addresses: Addresses,
+    memory: str | None = None,
+) -> dict[str, Any]:
     command = ["python", "-m", "elasticdl_nb.runtime.ps", "--id", str(index)]
     ports = [PS_PORT, PS_BULK_PORT]
-    pod = _pod(spec, name, "ps", index, command, spec.ps_resources, ports, owner)
+    env = _address_env(addresses) + [{"name": BULK_PORT_ENV, "value": str(PS_BULK_PORT)}]
+    resources = _with_memory(spec.ps_resources, memory)
+    pod = _pod(spec, name, "ps", index, command, resources, ports, env, owner)
     return merge_into_pod(pod, spec.pod_template)
+
+
+def _address_env(addresses: Addresses) -> list[dict[str, Any]]:
+    return [
+        {"name": MASTER_ENV, "value": addresses.master},
+        {"name": PS_ENV, "value": ",".join(addresses.ps)},
+    ]
+
+
+def _with_memory(resources: str, memory: str | None) -> str:
+    if memory is None:
+        return resources
+    parsed = parse_resources("resources", resources)
+    parsed["memory"] = memory
+    return ",".join(f"{k}={v}" for k, v in parsed.items())
 
 
 def ps_service(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
@@ -186,15 +245,16 @@ def _pod(
     command: list[str],
     resources: str,
     ports: list[int],
+    role_env: list[dict[str, Any]],
     owner: dict | None = None,
 ) -> dict[str, Any]:
     requests = parse_resources(f"{role}_resources", resources)
     limits = {"memory": requests["memory"]} if "memory" in requests else {}
     env = [{"name": k, "value": v} for k, v in parse_env(spec.env).items()]
-    env += [
+    env += role_env + [
         {"name": JOB_DIR_ENV, "value": _job_dir(name)},
-        {"name": MASTER_ENV, "value": f"{master_name(name)}.{spec.namespace}.svc:{MASTER_PORT}"},
-        {"name": PS_ENV, "value": ",".join(ps_address(spec, name, i) for i in range(spec.ps))},
+        {"name": LOG_DIR_ENV, "value": f"{_job_dir(name)}/logs"},
+        {"name": BIND_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {  # from the Secret: never on a command line or in the pod spec itself
             "name": TOKEN_ENV,
             "valueFrom": {"secretKeyRef": {"name": secret_name(name), "key": TOKEN_KEY}},
@@ -215,6 +275,9 @@ def _pod(
         "restartPolicy": "Never",  # the master decides about relaunches, not the kubelet
         "containers": [container],
         "volumes": [_job_volume(spec)],
+        # The image runs as user 1000 (deploy/Dockerfile); a shared volume's files become
+        # writable for it through this group.
+        "securityContext": {"fsGroup": RUNTIME_GID},
     }
     if role != "master":
         pod_spec["automountServiceAccountToken"] = False  # only the master talks to the API
@@ -261,10 +324,23 @@ def _service(
     }
 
 
-def bundle_files(job_dir: Path) -> dict[str, bytes]:
-    """The files of a prepared job directory that travel in the ConfigMap."""
+def bundle_files(spec: JobSpec, name: str, job_dir: Path) -> dict[str, bytes]:
+    """The files of a job directory prepared in the notebook that travel in the
+    ConfigMap: spec, sources, model bundle and staged arrays, with every path that names
+    the prepared directory (or the notebook's view of a hostPath shared volume) turned
+    into the path the pods see."""
     files = {p: (job_dir / p).read_bytes() for p in ("spec.json", "sources.json")}
-    for path in sorted((job_dir / "bundle").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            files[str(path.relative_to(job_dir))] = path.read_bytes()
+    for folder in ("bundle", "data"):
+        for path in sorted((job_dir / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                files[str(path.relative_to(job_dir))] = path.read_bytes()
+    moves = {str(job_dir): _job_dir(name)}
+    kind, _, host_dir = spec.shared_volume.partition(":")
+    if kind == "hostPath":
+        moves[host_dir.rstrip("/")] = JOB_MOUNT
+    for path in ("spec.json", "sources.json"):
+        text = files[path].decode()
+        for local, in_pod in moves.items():  # paths are whole JSON strings or start them
+            text = text.replace(f'"{local}/', f'"{in_pod}/').replace(f'"{local}"', f'"{in_pod}"')
+        files[path] = text.encode()
     return files

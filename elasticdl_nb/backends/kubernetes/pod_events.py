@@ -88,14 +88,24 @@ def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent 
         return event(FAILED, reason=status.get("message") or status.get("reason") or "failed")
     if phase == "Succeeded":
         return event(SUCCEEDED, exit_code=0, reason="completed")
-    waiting = (container.get("state") or {}).get("waiting") or {}
+    why = waiting_reason(pod)
+    if why:
+        return event(PENDING, reason=why)
+    return event(STARTED)  # created, on its way (scheduled, pulling, creating): nothing to say
+
+
+def waiting_reason(pod: dict[str, Any]) -> str:
+    """Why a pod that has not started is stuck ('' when it is simply on its way): the
+    scheduler cannot place it, or its image cannot be pulled."""
+    status = pod.get("status") or {}
+    waiting = (_first_container_status(status).get("state") or {}).get("waiting") or {}
     if waiting.get("reason") in _IMAGE_TROUBLE:
-        return event(PENDING, reason=f"{waiting['reason']}: {waiting.get('message', '')}".strip())
+        return f"{waiting['reason']}: {waiting.get('message', '')}".strip()
     unscheduled = _condition(status, "PodScheduled")
     if unscheduled and unscheduled.get("status") == "False":
         message = unscheduled.get("message") or unscheduled.get("reason") or "not scheduled"
-        return event(PENDING, reason=f"unschedulable: {message}")
-    return event(STARTED)  # created, on its way (scheduled, pulling, creating): nothing to say
+        return f"unschedulable: {message}"
+    return ""
 
 
 def _first_container_status(status: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Start a Kubernetes job from the notebook: its ConfigMap, Secret, master pod and Service.
+"""Start a Kubernetes job from the notebook: its master pod, Service, ConfigMap and Secret.
 
-All or nothing: if the server refuses one object, the ones already made are deleted
-again, so a failed start leaves no half a job behind. The checks that need no server
-(the bundle fits a ConfigMap) come before any call.
+The master pod comes first, and the other three are owned by it, so deleting the master
+pod deletes the whole job (the pod waits for its ConfigMap and Secret, as every pod does
+for the volumes and variables it names). All or nothing: if the server refuses an
+object, the master pod is deleted again and takes what was made with it. The checks
+that need no server (the files fit a ConfigMap, a shared volume is named) come first.
 """
 
 from __future__ import annotations
@@ -12,66 +14,104 @@ from typing import Any
 
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
-from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.spec import JobSpec, SpecError
 
 # A ConfigMap's data is capped at 1 MiB by the API server (etcd's object size).
 CONFIGMAP_LIMIT = 1024 * 1024
 
 
 def job_objects(spec: JobSpec, name: str, job_dir: Path, token: str) -> list[dict[str, Any]]:
-    files = m.bundle_files(job_dir)
+    """The four objects, master pod first."""
+    files = m.bundle_files(spec, name, job_dir)
     size = sum(len(v) for v in files.values())
     if size > CONFIGMAP_LIMIT:
         biggest = sorted(files.items(), key=lambda kv: -len(kv[1]))[:3]
         listed = ", ".join(f"{path} {len(data) / 2**20:.2f} MB" for path, data in biggest)
         raise KubernetesError(
             f"The job's files take {size / 2**20:.2f} MB, more than a ConfigMap holds "
-            f"(1 MiB); largest: {listed}. Fix: capture less by value (load big files inside "
-            "the model functions, pass large arrays as data), or put the model in a "
-            "model-zoo module on a volume the pods mount (model_zoo=, pod_template=)."
+            f"(1 MiB); largest: {listed}. Fix: put large data in files on the shared "
+            "volume and pass their paths (data=), capture less by value (load big files "
+            "inside the model functions), or put the model in a model-zoo module on the "
+            "shared volume (model_zoo=)."
         )
     return [
-        m.bundle_configmap(spec, name, files),
-        m.token_secret(spec, name, token),
         m.master_pod(spec, name, list(files)),
         m.master_service(spec, name),
+        m.bundle_configmap(spec, name, files),
+        m.token_secret(spec, name, token),
     ]
 
 
-def submit(spec: JobSpec, name: str, job_dir: Path, token: str, api_client=None) -> dict:
-    """Create the job's four objects; returns the master pod as the server has it."""
+def submit(spec: JobSpec, name: str, job_dir: Path, token: str, api_client=None) -> dict[str, dict]:
+    """Create the job's objects; returns what the server made, by kind ('Pod': the
+    master pod, 'Service': its Service, ...)."""
     from kubernetes import client
 
+    if not spec.shared_volume:
+        raise SpecError(
+            "A Kubernetes job needs shared_volume= ('pvc:CLAIM' or 'hostPath:/dir'): its "
+            "checkpoints, journal and exported model must outlive any one pod."
+        )
     objects = job_objects(spec, name, job_dir, token)
-    core = client.CoreV1Api(api_client or client_for(spec.kubeconfig))
+    api = client.CoreV1Api(api_client or client_for(spec.kubeconfig))
     create = {
-        "ConfigMap": core.create_namespaced_config_map,
-        "Secret": core.create_namespaced_secret,
-        "Pod": core.create_namespaced_pod,
-        "Service": core.create_namespaced_service,
+        "ConfigMap": api.create_namespaced_config_map,
+        "Secret": api.create_namespaced_secret,
+        "Pod": api.create_namespaced_pod,
+        "Service": api.create_namespaced_service,
     }
-    delete = {
-        "ConfigMap": core.delete_namespaced_config_map,
-        "Secret": core.delete_namespaced_secret,
-        "Pod": core.delete_namespaced_pod,
-        "Service": core.delete_namespaced_service,
-    }
-    made: list[dict[str, Any]] = []
-    master: dict = {}
+    made: dict[str, dict] = {}
+    for obj in objects:
+        kind, obj_name = obj["kind"], obj["metadata"]["name"]
+        if "Pod" in made:
+            uid = made["Pod"]["metadata"]["uid"]
+            obj["metadata"]["ownerReferences"] = [m.owner_reference(m.master_name(name), uid)]
+        what = f"create {kind} {obj_name} in namespace {spec.namespace!r}"
+        try:
+            made[kind] = call(what, create[kind], spec.namespace, obj)
+        except KubernetesError:
+            if "Pod" in made:  # the rest goes with it (garbage collection)
+                _delete_quietly(api, m.master_name(name), spec.namespace)
+            raise
+    return made
+
+
+def _delete_quietly(api, pod_name: str, namespace: str) -> None:
     try:
-        for obj in objects:
-            kind, obj_name = obj["kind"], obj["metadata"]["name"]
-            what = f"create {kind} {obj_name} in namespace {spec.namespace!r}"
-            answer = call(what, create[kind], spec.namespace, obj)
-            made.append(obj)
-            if kind == "Pod":
-                master = answer
+        what = f"delete pod {pod_name}"
+        call(
+            what,
+            api.delete_namespaced_pod,
+            pod_name,
+            namespace,
+            grace_period_seconds=0,
+            allow=(404,),
+        )
     except KubernetesError:
-        for obj in reversed(made):  # leave no half a job behind
-            kind, obj_name = obj["kind"], obj["metadata"]["name"]
-            try:
-                call(f"delete {kind}", delete[kind], obj_name, spec.namespace, allow=(404,))
-            except KubernetesError:
-                pass  # the first error is the one to report
-        raise
-    return master
+        pass  # the first error is the one to report
+
+
+def start_job(spec: JobSpec, record) -> None:
+    """Submit a job prepared in `record.dir` (a registry `JobRecord`) and note in its
+    record where it runs, so that `Job` and `attach` reach it."""
+    from elasticdl_nb.backends.local.registry import save_record
+
+    made = submit(spec, record.name, record.dir, record.token)
+    ip = made["Service"]["spec"]["clusterIP"]
+    record.where.update(
+        namespace=spec.namespace,
+        kubeconfig=spec.kubeconfig,
+        master_address=f"{ip}:{m.MASTER_PORT}",
+        files=str(local_view(spec, record.name) or ""),
+    )
+    save_record(record)
+
+
+def local_view(spec: JobSpec, name: str) -> Path | None:
+    """The job directory as this machine sees it, if it does: a hostPath volume's
+    directory exists here when the notebook runs on the node (a local test cluster, kind
+    or minikube with the directory mounted)."""
+    kind, _, where = spec.shared_volume.partition(":")
+    if kind == "hostPath" and Path(where).is_dir():
+        return Path(where) / name
+    return None

@@ -85,6 +85,9 @@ class LocalProcesses:
             )
         self._on_event(event)
 
+    def grow_memory(self, role: str) -> str | None:
+        return None  # local processes have no memory limit to raise
+
     def pid(self, role: str, instance_id: int) -> int | None:
         with self._lock:
             proc = self._procs.get((role, instance_id))

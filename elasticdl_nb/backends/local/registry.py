@@ -1,9 +1,10 @@
-"""Where local jobs live on disk, so that `attach` finds a job again from any process.
+"""Where jobs live on disk, so that `attach` finds a job again from any process.
 
 Each job is a directory `$ELASTICDL_NB_HOME/jobs/<name>/` (default home:
 `~/.elasticdl-nb`), readable only by its owner because it holds the job's token:
 
-    job.json      name, backend, creation time, token
+    job.json      name, backend, creation time, token (and, for a Kubernetes job, where
+                  it runs: namespace, kubeconfig, the master's address)
     spec.json     the JobSpec            sources.json  resolved data sources
     bundle/       the model bundle       master.json   master address and pid (when up)
     state.json    the final state, written by the master when the job ends
@@ -17,7 +18,7 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ class JobRecord:
     dir: Path
     token: str
     created: float
+    backend: str = "local"
+    where: dict[str, Any] = field(default_factory=dict)  # backend-specific: see job.json
 
     @property
     def master(self) -> dict | None:
@@ -81,7 +84,7 @@ class JobRecord:
         return b"elasticdl_nb.runtime.master" in cmdline
 
 
-def create_job(name: str) -> JobRecord:
+def create_job(name: str, backend: str = "local") -> JobRecord:
     root = jobs_root()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     job_dir = root / name
@@ -92,20 +95,29 @@ def create_job(name: str) -> JobRecord:
             f"A job named {name!r} already exists ({job_dir}). Choose another "
             "name, or attach to it with elasticdl_nb.attach(name)."
         ) from None
-    record = JobRecord(name, job_dir, secrets.token_urlsafe(32), time.time())
-    write_json(
-        job_dir / "job.json",
-        {"name": name, "backend": "local", "token": record.token, "created": record.created},
-        private=True,
-    )
+    record = JobRecord(name, job_dir, secrets.token_urlsafe(32), time.time(), backend)
+    save_record(record)
     return record
+
+
+def save_record(record: JobRecord) -> None:
+    info = {"name": record.name, "backend": record.backend, "token": record.token}
+    info.update(created=record.created, where=record.where)
+    write_json(record.dir / "job.json", info, private=True)
 
 
 def find_job(name: str) -> JobRecord | None:
     info = read_json(jobs_root() / name / "job.json")
     if info is None:
         return None
-    return JobRecord(info["name"], jobs_root() / name, info["token"], info["created"])
+    return JobRecord(
+        info["name"],
+        jobs_root() / name,
+        info["token"],
+        info["created"],
+        info.get("backend", "local"),
+        info.get("where") or {},
+    )
 
 
 def all_jobs() -> list[JobRecord]:

@@ -5,7 +5,10 @@ The same for every backend: the launcher only starts, kills and reports. Here we
   the crash budget lasts, a preempted one always; when none is left and none may be
   started, the job fails;
 - parameter servers: a lost PS is relaunched under the same id, so at the same address,
-  and restores its newest checkpoint.
+  and restores its newest checkpoint;
+- out of memory: the replacement gets more (up to a cap, where the backend has limits);
+- pending too long (unschedulable, image not pulled): the journal says so; the job goes
+  on with the workers it has, and fails if it is a PS that cannot start.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field
 from elasticdl_nb.backends.instance_event import (
     ENDED,
     FAILED,
+    OOM,
+    PENDING,
     PREEMPTED,
     STARTED,
     SUCCEEDED,
@@ -41,6 +46,7 @@ class Instance:
     exit_reason: str = ""
     expected_exit: bool = False  # we asked it to stop
     replaces: int | None = None
+    waiting: str = ""  # why it has not started yet (pending events)
 
 
 @dataclass
@@ -64,6 +70,8 @@ class InstanceManager:
         on_worker_lost: Callable[[int], None],
         on_job_failed: Callable[[str], None],
         lock: threading.RLock | None = None,
+        pending_timeout: float = 600.0,
+        log_tail: Callable[[str, int, int], str] = lambda role, instance_id, lines: "",
     ):
         self.launcher = launcher
         self.journal = journal
@@ -73,6 +81,8 @@ class InstanceManager:
         self.max_ps_relaunches = max_ps_relaunches
         self._on_worker_lost = on_worker_lost
         self._on_job_failed = on_job_failed
+        self.pending_timeout = pending_timeout
+        self._log_tail = log_tail  # (role, id, lines) -> the end of that instance's log
         self.instances: dict[tuple[str, int], Instance] = {}
         self.counts = InstanceCounts()
         self._next_worker_id = 0
@@ -181,6 +191,10 @@ class InstanceManager:
             inst = self.instances.get((event.role, event.instance_id))
             if inst is None:
                 return
+            if event.kind == PENDING:
+                if inst.state != PENDING:
+                    self._watch_pending(inst)
+                inst.waiting = event.reason
             inst.state = event.kind
             if event.pid:
                 inst.pid = event.pid
@@ -203,6 +217,8 @@ class InstanceManager:
             return  # the worker reported the error; the job fails on that report
         if event.kind == PREEMPTED:
             self.counts.preemptions += 1
+        elif event.kind == OOM and self._more_memory("worker", inst):
+            pass  # not the worker's fault: it gets more memory, and no crash is counted
         else:
             self.counts.worker_crashes += 1
             if self.counts.worker_crashes > self.max_worker_relaunches:
@@ -215,9 +231,8 @@ class InstanceManager:
                 if not self.active_workers():
                     self._on_job_failed(
                         f"worker {inst.instance_id} {inst.exit_reason}, and the budget of "
-                        f"{self.max_worker_relaunches} worker relaunches is used up "
-                        "(see its log with job.logs('worker', "
-                        f"{inst.instance_id}))."
+                        f"{self.max_worker_relaunches} worker relaunches is used up. "
+                        f"{self._last_lines(inst)}"
                     )
                 return
         new_id = self._take_worker_id()
@@ -230,11 +245,14 @@ class InstanceManager:
     def _ps_ended(self, inst: Instance, event: InstanceEvent) -> None:
         if inst.expected_exit:
             return
-        self.counts.ps_crashes += 1
+        if event.kind == PREEMPTED or (event.kind == OOM and self._more_memory("ps", inst)):
+            pass  # not the PS's fault: no crash is counted
+        else:
+            self.counts.ps_crashes += 1
         if self.counts.ps_crashes > self.max_ps_relaunches:
             self._on_job_failed(
                 f"PS {inst.instance_id} {inst.exit_reason}, and the budget of "
-                f"{self.max_ps_relaunches} PS relaunches is used up."
+                f"{self.max_ps_relaunches} PS relaunches is used up. {self._last_lines(inst)}"
             )
             return
         self.counts.relaunches["ps"] += 1
@@ -246,3 +264,46 @@ class InstanceManager:
             reason=inst.exit_reason,
         )
         self._launch("ps", inst.instance_id, replaces=inst.instance_id)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _more_memory(self, role: str, inst: Instance) -> bool:
+        """After an OOM: whether the backend gave the role's next instances more memory."""
+        grown = self.launcher.grow_memory(role)
+        if grown:
+            self.journal.append("memory_raised", role=role, id=inst.instance_id, memory=grown)
+        return bool(grown)
+
+    def _last_lines(self, inst: Instance, lines: int = 10) -> str:
+        tail = self._log_tail(inst.role, inst.instance_id, lines).strip()
+        where = f"job.logs({inst.role!r}, {inst.instance_id})"
+        if not tail:
+            return f"See its log with {where}."
+        return f"The last lines of its log ({where}):\n{tail}"
+
+    def _watch_pending(self, inst: Instance) -> None:
+        """Tell the journal if `inst` is still waiting to start after pending_timeout."""
+
+        def check(started_waiting: Instance = inst) -> None:
+            with self._lock:
+                if self.shutting_down or started_waiting.state not in (PENDING, STARTED):
+                    return
+                if self.instances.get((inst.role, inst.instance_id)) is not started_waiting:
+                    return
+                seconds = self.pending_timeout
+                self.journal.append(
+                    "pending_too_long",
+                    role=inst.role,
+                    id=inst.instance_id,
+                    seconds=seconds,
+                    reason=inst.waiting,
+                )
+                if inst.role == "ps":
+                    self._on_job_failed(
+                        f"PS {inst.instance_id} could not start within {seconds:.0f} s "
+                        f"({inst.waiting}); the job cannot train without it."
+                    )
+
+        timer = threading.Timer(self.pending_timeout, check)
+        timer.daemon = True
+        timer.start()

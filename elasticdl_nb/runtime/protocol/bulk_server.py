@@ -39,12 +39,14 @@ Handler = Callable[
 
 
 class BulkServer:
-    """Serves bulk PushPull on `host`, on a port the OS chooses (`.port`)."""
+    """Serves bulk PushPull on `host`, on `port` or one the OS chooses (`.port`)."""
 
-    def __init__(self, host: str, token: str, handle: Handler, timeout: float = 60.0):
+    def __init__(
+        self, host: str, token: str, handle: Handler, port: int = 0, timeout: float = 60.0
+    ):
         self._token, self._handle, self._timeout = token.encode(), handle, timeout
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, 0), family=family)
+        self._listener = socket.create_server((host, port), family=family)
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()

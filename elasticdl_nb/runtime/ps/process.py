@@ -96,8 +96,8 @@ def main() -> None:
     checkpointer.saved_version = restored_version
 
     service = ParameterServerService(store, checkpointer.note_update, checkpointer.save_now)
-    address = env.ps_addrs[ps_id]
-    bulk = BulkServer(host_of(address), env.token, service.bulk_push_pull).start()
+    address = env.listen_address(env.ps_addrs[ps_id])
+    bulk = BulkServer(host_of(address), env.token, service.bulk_push_pull, env.bulk_port).start()
     service.bulk_port = bulk.port
     server = make_server(env.token)
     rpc.add_ParameterServerServicer_to_server(service, server)

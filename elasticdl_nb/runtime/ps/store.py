@@ -136,6 +136,7 @@ class ParameterStore:
             id_specs,
             [tf.TensorSpec([None, *t.shape[1:]], t.dtype) for t in table_vars],
         )
+
         def compile_for(has_grads: bool, read_dense: bool) -> CompiledCall:
             if has_grads:
                 return CompiledCall(

@@ -1,0 +1,78 @@
+"""Finding Kubernetes jobs by label, for `attach` and `jobs` from a notebook other than
+the one that started them: the master pod says the job exists, its Secret holds the token,
+its Service the address, its ConfigMap the spec (for the shared volume)."""
+
+from __future__ import annotations
+
+import base64
+
+from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.backends.kubernetes.api import call, client_for
+from elasticdl_nb.backends.local import registry
+
+
+def _core(kubeconfig: str):
+    from kubernetes import client
+
+    return client.CoreV1Api(client_for(kubeconfig))
+
+
+def list_jobs(namespace: str, kubeconfig: str = "") -> list[dict]:
+    """Every job in the namespace: name, master pod phase, creation time."""
+    selector = f"{m.LABEL_ROLE}=master"
+    pods = call(
+        f"list jobs in namespace {namespace!r}",
+        _core(kubeconfig).list_namespaced_pod,
+        namespace,
+        label_selector=selector,
+    )
+    return [
+        {
+            "name": pod["metadata"]["labels"][m.LABEL_JOB],
+            "phase": (pod.get("status") or {}).get("phase", ""),
+            "created": pod["metadata"].get("creationTimestamp", ""),
+        }
+        for pod in pods.get("items", [])
+    ]
+
+
+def record_for(name: str, namespace: str, kubeconfig: str = "") -> registry.JobRecord | None:
+    """A local record of the cluster's job `name` (made now, so `Job` can reach it), or
+    None if the namespace has no such job."""
+    core = _core(kubeconfig)
+    pod = call(
+        f"read pod {m.master_name(name)}",
+        core.read_namespaced_pod,
+        m.master_name(name),
+        namespace,
+        allow=(404,),
+    )
+    if pod is None or (pod["metadata"].get("labels") or {}).get(m.LABEL_JOB) != name:
+        return None
+    secret = call(f"read Secret {m.secret_name(name)}", core.read_namespaced_secret,
+                  m.secret_name(name), namespace)  # fmt: skip
+    service = call(f"read Service {m.master_name(name)}", core.read_namespaced_service,
+                   m.master_name(name), namespace)  # fmt: skip
+    bundle = call(f"read ConfigMap {m.configmap_name(name)}", core.read_namespaced_config_map,
+                  m.configmap_name(name), namespace)  # fmt: skip
+    from elasticdl_nb.backends.kubernetes.submit import local_view
+    from elasticdl_nb.spec import JobSpec
+
+    spec = JobSpec.from_json(bundle["data"]["spec.json"])
+
+    record = registry.find_job(name) or registry.create_job(name, "kubernetes")
+    record = registry.JobRecord(
+        name,
+        record.dir,
+        base64.b64decode(secret["data"][m.TOKEN_KEY]).decode(),
+        record.created,
+        "kubernetes",
+        {
+            "namespace": namespace,
+            "kubeconfig": kubeconfig,
+            "master_address": f"{service['spec']['clusterIP']}:{m.MASTER_PORT}",
+            "files": str(local_view(spec, name) or ""),
+        },
+    )
+    registry.save_record(record)
+    return record

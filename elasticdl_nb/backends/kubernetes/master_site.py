@@ -1,0 +1,73 @@
+"""Where a Kubernetes job's master stands: what it learns about itself at start.
+
+Its own pod's uid (every object it creates is owned by that pod, so deleting the master
+pod deletes the job), its address (its Service's cluster IP, which the notebook created),
+and the address of each PS: a Service per PS, made before any pod, so every worker and
+PS starts knowing them all, and a relaunched PS comes back at the same one. Cluster IPs,
+not DNS names: the job works without cluster DNS, and a relaunched PS is reachable at
+once (no DNS cache to go stale).
+"""
+
+from __future__ import annotations
+
+import os
+
+from elasticdl_nb.backends.instance_event import EventSink
+from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
+from elasticdl_nb.backends.kubernetes.launcher import PodLauncher
+from elasticdl_nb.runtime.process_env import BIND_HOST_ENV
+from elasticdl_nb.spec import JobSpec
+
+
+class KubernetesSite:
+    def __init__(self, spec: JobSpec, name: str):
+        from kubernetes import client
+
+        self.spec, self.name = spec, name
+        # In the pod: its service account (the spec's kubeconfig is the notebook's).
+        self.api = client.CoreV1Api(client_for(in_cluster=True))
+        ns, master = spec.namespace, m.master_name(name)
+        me = call(f"read the master's own pod {master}", self.api.read_namespaced_pod, master, ns)
+        self.owner = m.owner_reference(master, me["metadata"]["uid"])
+        self.address = f"{self._cluster_ip(m.master_service(spec, name))}:{m.MASTER_PORT}"
+        ps = [
+            f"{self._cluster_ip(m.ps_service(spec, name, i, self.owner))}:{m.PS_PORT}"
+            for i in range(spec.ps)
+        ]
+        self.addresses = m.Addresses(self.address, tuple(ps))
+
+    @property
+    def ps_addrs(self) -> list[str]:
+        return list(self.addresses.ps)
+
+    def bind(self, server) -> str:
+        """Listen on the pod's IP at the master's port; returns the address to advertise."""
+        host = os.environ.get(BIND_HOST_ENV) or "0.0.0.0"
+        server.add_insecure_port(f"{host}:{m.MASTER_PORT}")
+        return self.address
+
+    def launcher(self, env: dict[str, str], on_event: EventSink) -> PodLauncher:
+        del env  # pods get theirs from their manifests
+        launcher = PodLauncher(
+            self.spec, self.name, self.api, self.owner["uid"], on_event, self.addresses
+        )
+        return launcher.start()
+
+    def _cluster_ip(self, service: dict) -> str:
+        """The cluster IP of `service`, created if it is not there yet."""
+        ns, obj_name = self.spec.namespace, service["metadata"]["name"]
+        found = call(
+            f"read Service {obj_name}", self.api.read_namespaced_service, obj_name, ns, allow=(404,)
+        )
+        if found is None:
+            what = f"create Service {obj_name}"
+            found = call(what, self.api.create_namespaced_service, ns, service, allow=(409,))
+            if found is None:  # made meanwhile (a second master start): read it
+                found = call(
+                    f"read Service {obj_name}", self.api.read_namespaced_service, obj_name, ns
+                )
+        ip = (found.get("spec") or {}).get("clusterIP")
+        if not ip or ip == "None":
+            raise KubernetesError(f"Service {obj_name} has no cluster IP; the job needs one.")
+        return ip

@@ -1,0 +1,46 @@
+"""Giving a test namespace what a real cluster admin would: deploy/rbac.yaml (the master's
+service account and Role, the notebook user's Role bound to the test cluster's
+unprivileged user) and deploy/priority-classes.yaml. Nothing more: the jobs in these
+tests run with exactly the permissions the README tells an admin to grant."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.conftest import REPO
+
+
+def deploy_documents(name: str) -> list[dict]:
+    text = (REPO / "deploy" / name).read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def grant_rbac_yaml(admin, namespace: str, user: str) -> None:
+    """Apply deploy/rbac.yaml in the namespace and bind its user Role to `user`."""
+    from kubernetes import client, utils
+
+    for document in deploy_documents("rbac.yaml"):
+        utils.create_from_dict(admin, document, namespace=namespace)
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "elasticdl-nb-user"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "elasticdl-nb-user"},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )  # fmt: skip
+
+
+def ensure_priority_classes(admin) -> None:
+    """deploy/priority-classes.yaml, once per cluster (they are cluster-wide)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = client.SchedulingV1Api(admin)
+    for document in deploy_documents("priority-classes.yaml"):
+        try:
+            api.create_priority_class(document)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
