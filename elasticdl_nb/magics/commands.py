@@ -137,7 +137,7 @@ class ElasticDLMagics(Magics):
             return None
         if output:
             namespace[output] = job
-        captured = (job.dir / "bundle" / "captured.txt").read_text().strip()
+        captured = (job.bundle_dir / "captured.txt").read_text().strip()
         print(f"Started job {job.name} (captured {captured}).")
         self._follow(job, wait)
         return None

@@ -60,6 +60,15 @@ class Job:
         """Where the job's files are: journal, logs, checkpoints, exported model."""
         return self._link.files
 
+    @property
+    def bundle_dir(self):
+        """The model bundle as this machine captured it (the job runs a copy of it)."""
+        return self._record.dir / "bundle"
+
+    def _ended(self) -> bool:
+        """Over, one way or another: an end state was recorded, or the master is lost."""
+        return bool(self._link.final_state() or self._link.lost_reason())
+
     def _master_running(self) -> bool:
         return self._link.address() is not None
 
@@ -107,6 +116,11 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             stub = self._master()
+            if stub is None and not self._ended():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"job {self.name!r}: not started within {timeout} s")
+                time.sleep(0.5)  # its master is not up yet (a pod being scheduled)
+                continue
             if stub is None:
                 for event in read_journal_file(self.dir / "events.jsonl", seq):
                     yield event
@@ -175,6 +189,9 @@ class Job:
                 time.sleep(0.1)
         if not self._link.final_state():  # still running, or never got to run
             self._link.kill()
+            deadline = time.monotonic() + timeout
+            while not self._ended() and time.monotonic() < deadline:
+                time.sleep(0.2)
         return self.status()
 
     def _require_master(self, what: str) -> rpc.MasterStub:

@@ -31,7 +31,7 @@ import plotly.graph_objects as go
 from plotly.serializers import custom_serializers
 from traitlets import Dict
 
-from elasticdl_nb.sdk.progress import format_progress
+from elasticdl_nb.sdk.progress import LOST, format_progress
 from elasticdl_nb.widgets.job_view import JobLike, JobView
 
 CONFIRM_SECONDS = 5.0  # "Confirm stop" turns back into "Stop" after this long
@@ -472,7 +472,7 @@ def _details_html(view: JobView) -> str:
     for r in view.rows():
         exit_ = r.signal or ("" if r.exit_code is None else str(r.exit_code))
         restarts = str(r.restarts) + (f" (replaces {r.replaces})" if r.replaces is not None else "")
-        color = ERROR_COLOR if r.state in ("failed", "killed", "oom") else "inherit"
+        color = ERROR_COLOR if r.state in LOST else "inherit"
         values = (r.role, r.id, r.state, restarts, exit_, r.reason, r.pid or "")
         rows.append(
             f'<tr style="color:{color}">'

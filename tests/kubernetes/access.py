@@ -44,3 +44,17 @@ def ensure_priority_classes(admin) -> None:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+
+def remove_priority_classes(admin) -> None:
+    """Undo `ensure_priority_classes` (running pods keep their priority)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = client.SchedulingV1Api(admin)
+    for document in deploy_documents("priority-classes.yaml"):
+        try:
+            api.delete_priority_class(document["metadata"]["name"], _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

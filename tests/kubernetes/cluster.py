@@ -38,6 +38,11 @@ from pathlib import Path
 K8S_VERSION = "1.20.2"
 BUILD_COMMAND = "make test-cluster  (runs tests/kubernetes/build_cluster_binaries.sh)"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+# Service cluster IPs on loopback (Linux routes all of 127/8 to `lo`): the test kubelet
+# gives a pod its Service's cluster IP as pod IP, so a Service's address is reachable
+# without kube-proxy. The API server takes the first address for the `kubernetes` Service.
+SERVICE_IP_RANGE = "127.1.0.0/16"
+KUBERNETES_SERVICE_IP = "127.1.0.1"
 
 
 def binaries_dir() -> Path:
@@ -99,10 +104,11 @@ def _make_pki(pki: Path) -> None:
         "/CN=kube-apiserver",
         cwd=pki,
     )
-    # The names clients use: loopback, and the in-cluster names of the API service.
+    # The names clients use: loopback (also what pods of the test kubelet use), and the
+    # in-cluster names and service IP (the first of SERVICE_IP_RANGE) of the API service.
     (pki / "san.ext").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
-        "DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1\n"
+        f"DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:{KUBERNETES_SERVICE_IP}\n"
         "extendedKeyUsage=serverAuth\n"
     )
     _openssl(
@@ -343,7 +349,7 @@ class TestCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={self.pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={self.pki / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-cluster-ip-range={SERVICE_IP_RANGE}",
                 # No kubelet or real network: nothing to reconcile the `kubernetes` service to.
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",

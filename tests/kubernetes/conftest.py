@@ -1,7 +1,9 @@
 """Fixtures for tests against a real Kubernetes API server (see cluster.py).
 
 One cluster per test session (it takes seconds to start and ~0.5 GB of memory); tests
-keep apart by working in namespaces of their own (`k8s_namespace`).
+keep apart by working in namespaces of their own (`k8s_namespace`). Pods run only for
+tests that use `k8s_kubelet` (kubelet.py); in the namespaces of the others they stay
+unscheduled, as with no kubelet at all.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ def k8s_cluster(tmp_path_factory):
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def k8s_kubelet(k8s_cluster):
+    """The test kubelet and scheduler: pods bound to its node "test-node" run as local
+    processes (see kubelet.py); all of them are killed at the end of the session. The
+    pods' output is in `<k8s_cluster.workdir>/pod-logs/`."""
+    from tests.kubernetes.kubelet import TestKubelet
+
+    kubelet = TestKubelet(k8s_cluster).start()
+    yield kubelet
+    kubelet.stop()
 
 
 def _api_client(kubeconfig):
@@ -45,14 +59,21 @@ def k8s_user_client(k8s_cluster):
 
 
 @pytest.fixture
-def k8s_namespace(k8s_cluster, k8s_admin_client):
+def k8s_namespace(request, k8s_cluster, k8s_admin_client):
     """A fresh namespace whose `default` service account has its token (so pods are
-    admitted); deleted after the test, which the namespace controller then empties."""
+    admitted); deleted after the test, which the namespace controller then empties.
+    Unless the test uses `k8s_kubelet`, the kubelet leaves the namespace's pods alone
+    (the kubelet may be running for other tests)."""
     from kubernetes import client
+
+    from tests.kubernetes.kubelet import LABEL_OFF
 
     core = client.CoreV1Api(k8s_admin_client)
     name = f"t-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    labels = None if "k8s_kubelet" in request.fixturenames else LABEL_OFF
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
+    )
     k8s_cluster.wait_for_default_service_account(name)
     yield name
     core.delete_namespace(name)

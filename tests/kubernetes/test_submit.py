@@ -15,7 +15,7 @@ from elasticdl_nb.backends.kubernetes.submit import submit
 from elasticdl_nb.model import write_bundle
 from elasticdl_nb.spec import JobSpec
 from tests.integration.models import DIGITS, custom_model
-from tests.kubernetes.access import grant_rbac_yaml
+from tests.kubernetes.access import grant_rbac_yaml, remove_priority_classes
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
@@ -120,6 +120,7 @@ def test_missing_priority_classes_and_a_full_quota_are_explained_not_blamed_on_r
     from kubernetes import client
 
     core = client.CoreV1Api(k8s_admin_client)
+    remove_priority_classes(k8s_admin_client)  # other tests of the session made them
     # The default priority classes, which this cluster does not have.
     spec, job_dir = prepared_job(tmp_path, k8s_namespace, name="job-d", service_account="default")
     with pytest.raises(KubernetesError) as refused:

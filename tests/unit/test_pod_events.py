@@ -83,10 +83,12 @@ def terminated(code: int, reason: str = "Error", message: str = "") -> dict:
             ("preempted", 143, None, "PreemptionByScheduler: high-priority pod needed room"),
         ),
         ({"phase": "Running"}, True, ("deleted", None, None, "pod deleted")),
+        # Deleted by someone: the kubelet's SIGTERM is how it ended, not why.
+        (terminated(143, "Error"), True, ("deleted", 143, None, "pod deleted (exit code 143)")),
     ],
     ids=[
         "created", "unschedulable", "image-pull", "running", "succeeded", "failed",
-        "sigkill", "oom", "evicted", "preempted", "deleted",
+        "sigkill", "oom", "evicted", "preempted", "deleted", "deleted-after-sigterm",
     ],
 )  # fmt: skip
 def test_pod_states_become_normalized_instance_events(status, deleted, expected):

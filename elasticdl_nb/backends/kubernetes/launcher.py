@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from elasticdl_nb.backends.instance_event import EventSink
+from elasticdl_nb.backends.instance_event import ENDED, EventSink
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call
 from elasticdl_nb.backends.kubernetes.pod_events import instance_event
@@ -115,8 +115,11 @@ class PodLauncher:
             if self._uids.get(pod_name) != uid:
                 return  # an earlier incarnation of a relaunched PS, or not ours
             seen = (event.kind, event.reason, event.exit_code)
-            if self._reported.get(pod_name) == seen:
+            before = self._reported.get(pod_name)
+            if before == seen:
                 return  # the watch repeats states (re-lists, unrelated status changes)
+            if before and before[0] in ENDED:
+                return  # an instance ends once (a preempted pod then also terminates)
             self._reported[pod_name] = seen
         self.on_event(event)
 

@@ -134,9 +134,13 @@ class KubernetesMasterLink:
 
 
 def _reachable(address: str, timeout: float = 1.0) -> bool:
+    """Whether this machine routes to `address`: a connection, or a refusal (the master
+    is not listening yet), says so; a timeout or an unreachable network says not."""
     host, port = address.rsplit(":", 1)
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             return True
+    except ConnectionRefusedError:
+        return True
     except OSError:
         return False

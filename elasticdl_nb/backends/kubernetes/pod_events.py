@@ -71,6 +71,9 @@ def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent 
             return event(OOM, exit_code=code, reason="OOMKilled: over its memory limit")
         if taken:
             return event(PREEMPTED, exit_code=code, reason=taken)
+        if deleted or meta.get("deletionTimestamp"):
+            # Someone deleted the pod; the kubelet's SIGTERM is how it ended, not why.
+            return event(DELETED, exit_code=code, reason=f"pod deleted (exit code {code})")
         if code == 0:
             return event(SUCCEEDED, exit_code=0, reason="completed")
         if code is not None and code > 128 and _signal_name(code - 128):

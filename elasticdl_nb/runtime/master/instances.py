@@ -189,8 +189,8 @@ class InstanceManager:
         """Every instance event from the backend: journal it, then apply the policy."""
         with self._lock:
             inst = self.instances.get((event.role, event.instance_id))
-            if inst is None:
-                return
+            if inst is None or inst.state in ENDED:
+                return  # not ours, or ended already: an instance ends once
             if event.kind == PENDING:
                 if inst.state != PENDING:
                     self._watch_pending(inst)

@@ -1,0 +1,323 @@
+"""Whole jobs on the test cluster: a real API server with RBAC, the test kubelet running
+each pod as a real process, real TensorFlow training.
+
+The notebook side acts as the cluster's unprivileged user holding only deploy/rbac.yaml's
+user Role; the master pod acts as the `elasticdl-nb-master` service account with only
+that file's master Role. Faults are what a cluster does: a pod deleted, a worker
+preempted or OOMKilled, the PS pod deleted, the master pod deleted.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+import elasticdl_nb as edl
+from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.models import DIGITS, accuracy, custom_model, digits_split
+from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
+
+STEPS_PER_EPOCH = 1400 // 32 + 1
+
+
+@pytest.fixture
+def job_namespace(k8s_cluster, k8s_admin_client, k8s_namespace, k8s_kubelet):
+    """A namespace set up as the README tells an admin to: deploy/rbac.yaml applied, its
+    user Role bound to the notebook's user, and the priority classes."""
+    from kubernetes import client
+
+    ensure_priority_classes(k8s_admin_client)
+    grant_rbac_yaml(k8s_admin_client, k8s_namespace, k8s_cluster.user_name)
+    core = client.CoreV1Api(k8s_admin_client)
+
+    def master_account_has_its_token():
+        account = core.read_namespaced_service_account("elasticdl-nb-master", k8s_namespace)
+        return bool(account.secrets)
+
+    wait_for(master_account_has_its_token, 30, "the master service account's token")
+    return k8s_namespace
+
+
+def k8s_options(cluster, namespace: str, tmp_path) -> dict:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    return dict(
+        backend="kubernetes",
+        namespace=namespace,
+        kubeconfig=str(cluster.user_kubeconfig),
+        shared_volume=f"hostPath:{shared}",
+    )
+
+
+def pods(core, namespace: str, role: str | None = None) -> dict[str, object]:
+    selector = "elasticdl-nb/job" + (f",elasticdl-nb/role={role}" if role else "")
+    return {
+        p.metadata.name: p
+        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+    }
+
+
+def running_pod(core, namespace: str, role: str, spare: set[str] = frozenset()):
+    """A running pod of the role, not being deleted and not in `spare` (there is one
+    while the job trains)."""
+    live = [
+        name
+        for name, p in pods(core, namespace, role).items()
+        if p.status.phase == "Running" and not p.metadata.deletion_timestamp and name not in spare
+    ]
+    return live[0] if live else None
+
+
+def dashboard_log(job) -> str:
+    """The instance table and event log of the job's dashboard, as it shows them."""
+    from elasticdl_nb.widgets.dashboard import Dashboard
+
+    board = Dashboard(job)
+    assert board.join(60), "the dashboard did not read the whole journal"
+    board.render(final=True)
+    return board.details.value
+
+
+COMPILED_MODEL = """
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.Adam(0.002),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    def eval_metrics_fn():
+        return {"accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+"""
+
+
+def test_a_notebook_cell_trains_on_kubernetes(
+    ipython_shell, job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+):
+    from kubernetes import client
+
+    shell = ipython_shell
+    (x, y), (xt, yt) = digits_split()
+    shell.user_ns.update(x_train=x, y_train=y, x_test=xt, y_test=yt)
+    for name in ("custom_model", "loss", "optimizer", "model", "feed", "eval_metrics_fn"):
+        shell.user_ns.pop(name, None)
+    o = k8s_options(k8s_cluster, job_namespace, tmp_path)
+    line = (
+        f"train --backend kubernetes --namespace {o['namespace']} --kubeconfig {o['kubeconfig']}"
+        f" --shared-volume {o['shared_volume']} --workers 2 --epochs 4 --minibatch-size 32"
+        " --data x_train y_train --validation-data x_test y_test -o kjob --wait"
+    )
+    shell.run_cell_magic("elasticdl", line, textwrap.dedent(COMPILED_MODEL))
+
+    job = shell.user_ns["kjob"]
+    status = job.status()
+    assert status["state"] == "succeeded", status
+    assert status["metrics"]["accuracy"] >= 0.85
+    assert accuracy(job.model(), xt, yt) >= 0.85
+    events = list(job.events(follow=False))
+    running = {(e.data["role"], e.data["id"]) for e in events if e.kind == "instance"
+               and e.data["kind"] == "running"}  # fmt: skip
+    assert {("worker", 0), ("worker", 1), ("ps", 0)} <= running  # from the pods' status
+    core = client.CoreV1Api(k8s_admin_client)
+    left = pods(core, job_namespace)
+    # The master removed its workers and PS; its own pod stays, finished, for the record.
+    assert list(left) == [f"{job.name}-master"]
+    assert left[f"{job.name}-master"].status.phase == "Succeeded"
+
+
+def _paced_loss(labels, predictions):
+    """The digits loss with each step taking at least 20 ms, so that the job is still
+    training when each fault is injected."""
+    import time
+
+    import tensorflow as tf
+
+    pause = tf.py_function(lambda: (time.sleep(0.02), 0.0)[1], [], tf.float32)
+    return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
+
+
+def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
+    job_home, job_namespace, k8s_cluster, k8s_admin_client, k8s_kubelet, tmp_path
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    rng = fault_rng("kubernetes-faults")
+    epochs = 20
+    (x, y), (xt, yt) = digits_split()
+    job = edl.train(
+        custom_model,
+        **{**DIGITS, "loss": _paced_loss},
+        data=(x, y),
+        validation_data=(xt, yt),
+        workers=2,
+        epochs=epochs,
+        minibatch_size=32,
+        checkpoint_steps=25,
+        record_ledger=True,
+        worker_resources="cpu=100m,memory=256Mi",
+        max_memory="1Gi",
+        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+    )
+    total = epochs * STEPS_PER_EPOCH  # PS steps, one per minibatch
+    at = sorted(rng.sample(range(20, total * 2 // 3), 4))
+    print(f"faults at steps {at}")
+
+    hit: set[str] = set()
+
+    def victim(step: int, role: str = "worker") -> str:
+        wait_for_step(job, step, timeout=300)
+        name = wait_for(lambda: running_pod(core, job_namespace, role, hit), 60, f"a {role}")
+        hit.add(name)
+        return name
+
+    name = victim(at[0])
+    core.delete_namespaced_pod(name, job_namespace)
+    print(f"deleted {name}")
+    name = victim(at[1])
+    k8s_kubelet.preempt(job_namespace, name)
+    print(f"preempted {name}")
+    name = victim(at[2])
+    k8s_kubelet.oom_kill(job_namespace, name)
+    print(f"OOM-killed {name}")
+    name = victim(at[3], "ps")
+    core.delete_namespaced_pod(name, job_namespace)
+    print(f"deleted {name}")
+
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final
+    assert final["metrics"]["accuracy"] >= 0.85
+    events = list(job.events(follow=False))
+    lost = [(e.data["role"], e.data["kind"]) for e in events if e.kind == "instance"
+            and e.data["kind"] in ("deleted", "preempted", "oom", "killed", "failed")
+            and not e.data.get("expected")]  # fmt: skip
+    assert sorted(lost) == sorted(
+        [("worker", "deleted"), ("worker", "preempted"), ("worker", "oom"), ("ps", "deleted")]
+    ), lost
+    relaunched = [(e.data["role"], e.data["reason"]) for e in events if e.kind == "relaunch"]
+    assert len(relaunched) == 4, relaunched
+    raised = [e.data for e in events if e.kind == "memory_raised"]
+    assert [r["memory"] for r in raised] == ["256Mi -> 512Mi"]
+    assert any(e.kind == "ps_restored" for e in events)
+    # Every record was applied exactly once per epoch, through all four faults.
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+    # The dashboard tells the story, from the pods' point of view.
+    log = dashboard_log(job)
+    for told in ("pod deleted", "PreemptionByScheduler", "OOMKilled", "get 256Mi -&gt; 512Mi",
+                 "relaunched worker", "relaunched ps 0", "PS 0 restored"):  # fmt: skip
+        assert told in log, told
+
+
+def test_scaling_through_the_api_adds_and_retires_worker_pods(
+    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    (x, y), (xt, yt) = digits_split()
+    job = edl.train(
+        custom_model,
+        **{**DIGITS, "loss": _paced_loss},
+        data=(x, y),
+        workers=1,
+        epochs=6,
+        minibatch_size=32,
+        record_ledger=True,
+        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+    )
+
+    def running_workers():
+        return sorted(
+            name for name, p in pods(core, job_namespace, "worker").items()
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        )  # fmt: skip
+
+    wait_for_step(job, 10, timeout=300)
+    job.scale(3)
+    assert len(wait_for(lambda: len(running_workers()) == 3 and running_workers(), 120, "3")) == 3
+    job.scale(1)
+    wait_for(lambda: len(running_workers()) == 1, 120, "1 worker pod")
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final
+    assert ledger_problems(job.dir, 1, [len(x)], 6) == []
+
+
+def test_deleting_the_master_pod_deletes_every_object_of_the_job(
+    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    (x, y), _ = digits_split()
+    job = edl.train(
+        custom_model,
+        **{**DIGITS, "loss": _paced_loss},
+        data=(x, y),
+        workers=2,
+        epochs=20,
+        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+    )
+    wait_for_step(job, 5, timeout=300)
+    core.delete_namespaced_pod(f"{job.name}-master", job_namespace)
+
+    label = f"elasticdl-nb/job={job.name}"
+
+    def objects_left():
+        kinds = {
+            "pod": core.list_namespaced_pod,
+            "service": core.list_namespaced_service,
+            "configmap": core.list_namespaced_config_map,
+            "secret": core.list_namespaced_secret,
+        }
+        return [
+            f"{kind} {o.metadata.name}"
+            for kind, list_them in kinds.items()
+            for o in list_them(job_namespace, label_selector=label).items
+        ]
+
+    wait_for(lambda: not objects_left(), 120, "the garbage collector", poll=0.5)
+    # The master got SIGTERM from the kubelet and recorded its end on the shared volume.
+    assert job.status()["state"] == "stopped"
+    ended = [e.data for e in job.events(follow=False) if e.kind == "job_state"][-1]
+    assert ended["reason"] == "master got SIGTERM", ended
+
+
+def test_a_ps_that_cannot_be_scheduled_fails_the_job_with_the_scheduler_s_reason(
+    job_home, job_namespace, k8s_cluster, tmp_path
+):
+    (x, y), _ = digits_split()
+    job = edl.train(
+        custom_model,
+        **DIGITS,
+        data=(x, y),
+        ps_resources="cpu=64,memory=1Gi",  # more than the node has
+        pending_timeout=5,
+        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+    )
+    with pytest.raises(edl.JobFailed, match=r"PS 0 could not start within 5 s \(unschedulable: "
+                       r"0/1 nodes are available: 1 Insufficient cpu"):  # fmt: skip
+        job.wait(timeout=120)
+    assert "ps 0 pending: unschedulable: 0/1 nodes are available" in dashboard_log(job)
+
+
+def test_a_master_image_that_cannot_be_pulled_is_reported_and_the_job_can_be_stopped(
+    job_home, job_namespace, k8s_cluster, k8s_kubelet, tmp_path
+):
+    k8s_kubelet.missing_images.add("registry.example/no-such-image:1")
+    (x, y), _ = digits_split()
+    job = edl.train(
+        custom_model,
+        **DIGITS,
+        data=(x, y),
+        image="registry.example/no-such-image:1",
+        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+    )
+    waiting = wait_for(lambda: job.status().get("waiting"), 60, "the pull error")
+    assert "ErrImagePull" in waiting or "ImagePullBackOff" in waiting
+    assert job.status()["state"] == "starting"
+    job.stop(timeout=1)
+    assert job.status()["state"] == "lost"
