@@ -321,3 +321,25 @@ def test_a_master_image_that_cannot_be_pulled_is_reported_and_the_job_can_be_sto
     assert job.status()["state"] == "starting"
     job.stop(timeout=1)
     assert job.status()["state"] == "lost"
+
+
+def test_a_permission_the_master_lacks_fails_the_job_with_the_refusal_and_the_fix(
+    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+):
+    from kubernetes import client
+
+    # An admin applied an older rbac.yaml whose master Role cannot create Services.
+    rbac = client.RbacAuthorizationV1Api(k8s_admin_client)
+    role = rbac.read_namespaced_role("elasticdl-nb-master", job_namespace)
+    role.rules = [r for r in role.rules if "services" not in r.resources]
+    rbac.replace_namespaced_role("elasticdl-nb-master", job_namespace, role)
+    (x, y), _ = digits_split()
+    job = edl.train(
+        custom_model, **DIGITS, data=(x, y), **k8s_options(k8s_cluster, job_namespace, tmp_path)
+    )
+    with pytest.raises(edl.JobFailed) as failed:
+        job.wait(timeout=120)
+    message = str(failed.value)
+    assert "the master cannot start: Cannot read Service" in message
+    assert '"system:serviceaccount:' in message and "elasticdl-nb-master" in message
+    assert "(HTTP 403)" in message and "Role elasticdl-nb-master" in message

@@ -138,7 +138,10 @@ def test_missing_priority_classes_and_a_full_quota_are_explained_not_blamed_on_r
         tmp_path / "2", k8s_namespace, name="job-e", service_account="default", **no_priority
     )
     deadline = time.monotonic() + 30
-    while True:  # until the quota controller has counted the namespace's usage
+    while not core.read_namespaced_resource_quota("no-pods", k8s_namespace).status.hard:
+        assert time.monotonic() < deadline, "the quota controller never counted the usage"
+        time.sleep(0.2)  # until then, admission may not know the quota yet
+    while True:  # until the admission plugin sees the quota with its usage
         with pytest.raises(KubernetesError) as refused:
             submit(spec, "job-e", job_dir, "t", api_client=k8s_admin_client)
         if "exceeded quota" in str(refused.value) or time.monotonic() > deadline:

@@ -84,8 +84,10 @@ def explain(what: str, exc) -> str:
     fixes = {
         401: "the kubeconfig's credentials were not accepted (expired token or "
         "certificate?): refresh them, e.g. log in to the cluster again.",
-        403: "the user lacks a permission. deploy/rbac.yaml holds exactly what a notebook "
-        "user needs (Role elasticdl-nb-user); ask an admin to apply it and bind it to you.",
+        403: "a permission is missing. deploy/rbac.yaml holds exactly what is needed: Role "
+        "elasticdl-nb-user for notebook users (an admin applies it and binds it to you), "
+        "Role elasticdl-nb-master for the job's master (service account "
+        "elasticdl-nb-master).",
         404: "it does not exist. If that is the namespace, create it first "
         "(`kubectl create namespace NAME`) or pass namespace= one that exists.",
         409: "an object of that name exists already: pick another job name, or delete the "

@@ -92,7 +92,15 @@ def main() -> None:
 
     # Each worker may hold a thread for up to a second while it long-polls for a task.
     server = make_server(token, threads=64)
-    site = _site(spec, name, job_dir)
+    try:
+        site = _site(spec, name, job_dir)
+    except Exception as exc:  # e.g. the cluster refused the PS Services: say so, and why
+        log.error("the master cannot start: %s", exc)
+        status = {"name": name, "state": "failed", "error": f"the master cannot start: {exc}"}
+        write_json(job_dir / "state.json", status)
+        if spec.backend == "kubernetes":
+            _write_termination_message(status)
+        raise SystemExit(1) from None
     address = site.bind(server)
     ps_addrs = site.ps_addrs
     env = ProcessEnv(token, job_dir, address, tuple(ps_addrs))
