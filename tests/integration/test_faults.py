@@ -133,6 +133,7 @@ def test_a_worker_that_keeps_crashing_fails_the_job_once_the_budget_is_spent(job
         import tensorflow as tf
 
         if os.environ.get("ELASTICDL_NB_JOB_DIR"):  # in a job's worker, not the local check
+            print("the disk is on fire", flush=True)
             os._exit(17)
         return tf.reduce_mean(
             tf.keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
@@ -146,8 +147,11 @@ def test_a_worker_that_keeps_crashing_fails_the_job_once_the_budget_is_spent(job
         workers=1,
         max_worker_relaunches=2,
     )
-    with pytest.raises(edl.JobFailed, match="budget of 2 worker relaunches is used up"):
+    with pytest.raises(edl.JobFailed, match="budget of 2 worker relaunches is used up") as failed:
         job.wait(timeout=240)
+    # The error carries the end of the last crashed worker's log.
+    assert "The last lines of its log (job.logs('worker', 2))" in str(failed.value)
+    assert "the disk is on fire" in str(failed.value)
     events = list(job.events(follow=False))
     crashes = [
         e.data

@@ -238,6 +238,15 @@ class TestCluster:
         except ValueError:
             return status, body
 
+    def etcd(self, method: str, body: dict) -> dict:
+        """A call to etcd's JSON gateway, e.g. ('kv/deleterange', {'key': b64}): how a
+        test changes what the API server stores while the server is down."""
+        req = urllib.request.Request(
+            f"{self.etcd_url}/v3/{method}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.load(resp)
+
     def default_service_account(self, namespace: str) -> dict | None:
         """The `default` service account of `namespace` once it has its token secret."""
         status, body = self.request(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
@@ -323,8 +332,22 @@ class TestCluster:
 
         self._wait("etcd", healthy, deadline)
 
-    def _start_apiserver(self, deadline: float) -> None:
-        port = _free_port()
+    def restart_apiserver(self, while_down=None, timeout: float = 60) -> None:
+        """Kill kube-apiserver (SIGKILL: a graceful stop waits out every open watch) and
+        start it again on the same port, as a crash does; clients see their connections
+        cut and refused. `while_down()` runs in between (e.g. changing etcd behind the
+        server's back)."""
+        proc = self.procs.pop("kube-apiserver")
+        proc.kill()
+        proc.wait(timeout=30)
+        if while_down:
+            while_down()
+        time.sleep(0.5)
+        port = int(self.server.rsplit(":", 1)[1])
+        self._start_apiserver(time.monotonic() + timeout, port)
+
+    def _start_apiserver(self, deadline: float, port: int | None = None) -> None:
+        port = port or _free_port()
         self.server = f"https://127.0.0.1:{port}"
         tokens = self.workdir / "tokens.csv"
         # token,user,uid,"groups": the admin is in system:masters (all rights, no RBAC

@@ -96,7 +96,14 @@ COMPILED_MODEL = """
 
 
 def test_a_notebook_cell_trains_on_kubernetes(
-    ipython_shell, job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+    ipython_shell,
+    job_home,
+    job_namespace,
+    k8s_cluster,
+    k8s_admin_client,
+    tmp_path,
+    monkeypatch,
+    capsys,
 ):
     from kubernetes import client
 
@@ -127,6 +134,16 @@ def test_a_notebook_cell_trains_on_kubernetes(
     # The master removed its workers and PS; its own pod stays, finished, for the record.
     assert list(left) == [f"{job.name}-master"]
     assert left[f"{job.name}-master"].status.phase == "Succeeded"
+
+    # Another notebook (its own job registry) finds the job by its labels.
+    monkeypatch.setenv("ELASTICDL_NB_HOME", str(tmp_path / "another-notebook"))
+    where = f"--namespace {o['namespace']} --kubeconfig {o['kubeconfig']}"
+    capsys.readouterr()
+    shell.run_line_magic("elasticdl", f"list {where}")
+    assert job.name in capsys.readouterr().out
+    found = shell.run_line_magic("elasticdl", f"attach {job.name} {where}")
+    assert found.status()["state"] == "succeeded"
+    assert found.metrics()["evaluation"] == job.metrics()["evaluation"]
 
 
 def _paced_loss(labels, predictions):

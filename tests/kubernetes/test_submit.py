@@ -104,6 +104,13 @@ def test_missing_namespace_unreachable_server_no_kubeconfig_and_oversize_bundle(
     with pytest.raises(KubernetesError, match="out of reach.*kubectl cluster-info"):
         submit(spec, "job-c", job_dir, "t", api_client=client_for(str(closed)))
 
+    wrong = tmp_path / "wrong-token.kubeconfig"
+    config = json.loads(k8s_cluster.admin_kubeconfig.read_text())
+    config["users"][0]["user"]["token"] = "not-a-valid-token"
+    wrong.write_text(json.dumps(config))
+    with pytest.raises(KubernetesError, match=r"HTTP 401.*credentials were not accepted"):
+        submit(spec, "job-c", job_dir, "t", api_client=client_for(str(wrong)))
+
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubernetesError, match="No kubeconfig at .*none.*set KUBECONFIG"):

@@ -1,10 +1,12 @@
 """Follow a job's pods through the API server, through anything the server does.
 
 A list gives every pod and a resourceVersion; a watch from that version gives every change
-after it. When the server no longer has that version (410 Gone, after a compaction or a
-restart), the watch starts over from a fresh list; when the connection drops, it
-reconnects with backoff. Each pod state reaches `on_pod(pod, deleted)` as a plain dict
-(the API's JSON), in order, at least once; consumers keep only what changed.
+after it. When the connection drops (the server restarting), the watch resumes from the
+last version it saw, with backoff; when the server no longer has that version (410 Gone,
+after a compaction or a restart), it starts over from a fresh list, and a pod that the
+new list lacks was deleted meanwhile, which is reported as such. Each pod state reaches
+`on_pod(pod, deleted)` as a plain dict (the API's JSON), in order, at least once;
+consumers keep only what changed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ class PodWatch:
         self.watch_seconds = watch_seconds  # a server-side timeout: reconnect this often
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
-        self.relists = 0  # how often it had to start over from a list (410, errors)
+        self.relists = 0  # how often it had to start over from a list (410 Gone)
+        self.reconnects = 0  # how often the connection broke and the watch resumed
+        self._alive: dict[str, dict[str, Any]] = {}  # uid -> last state of a live pod
 
     def start(self) -> PodWatch:
         self._thread.start()
@@ -55,10 +59,10 @@ class PodWatch:
                 log.info("pod watch: resourceVersion %s is gone; listing again", version)
                 version = None
             except Exception as exc:  # the API server restarting, a dropped connection
-                log.warning("pod watch: %s; retrying in %.1f s", exc, backoff)
+                log.warning("pod watch: %s; resuming in %.1f s", exc, backoff)
+                self.reconnects += 1
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
-                version = None  # what happened meanwhile comes from a fresh list
 
     def _list(self) -> str:
         self.relists += 1
@@ -66,9 +70,21 @@ class PodWatch:
             self.namespace, label_selector=self.selector, _preload_content=False
         )
         body = _json(pods)
+        listed = {pod["metadata"]["uid"] for pod in body.get("items", [])}
+        for uid, pod in list(self._alive.items()):
+            if uid not in listed:  # deleted while we were not watching
+                self._seen(pod, deleted=True)
         for pod in body.get("items", []):
-            self.on_pod(pod, False)
+            self._seen(pod, deleted=False)
         return body["metadata"]["resourceVersion"]
+
+    def _seen(self, pod: dict[str, Any], deleted: bool) -> None:
+        uid = pod.get("metadata", {}).get("uid", "")
+        if deleted:
+            self._alive.pop(uid, None)
+        else:
+            self._alive[uid] = pod
+        self.on_pod(pod, deleted)
 
     def _watch(self, version: str) -> str:
         from kubernetes import watch
@@ -91,7 +107,7 @@ class PodWatch:
                 pod, kind = change["raw_object"], change["type"]
                 version = pod.get("metadata", {}).get("resourceVersion", version)
                 if kind != "BOOKMARK":
-                    self.on_pod(pod, kind == "DELETED")
+                    self._seen(pod, kind == "DELETED")
         except ApiException as exc:
             if exc.status == 410:
                 raise _Gone() from exc

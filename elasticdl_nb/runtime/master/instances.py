@@ -300,7 +300,7 @@ class InstanceManager:
                 )
                 if inst.role == "ps":
                     self._on_job_failed(
-                        f"PS {inst.instance_id} could not start within {seconds:.0f} s "
+                        f"PS {inst.instance_id} could not start within {seconds:g} s "
                         f"({inst.waiting}); the job cannot train without it."
                     )
 

@@ -1,0 +1,98 @@
+"""The elastic policy on what a cluster does to pods, in the master's InstanceManager:
+OOM gives the replacement more memory (until the backend has no more to give), an
+instance ends once however often it is reported, and an instance pending too long is
+journaled (a worker's job goes on; a PS's fails). Only the launcher is a stand-in: the
+policy must not care which backend reports."""
+
+from __future__ import annotations
+
+import time
+
+from elasticdl_nb.backends.instance_event import OOM, PENDING, PREEMPTED, RUNNING, InstanceEvent
+from elasticdl_nb.runtime.master.instances import InstanceManager
+from elasticdl_nb.runtime.master.journal import Journal
+
+
+class Launcher:
+    def __init__(self, memory_steps: list[str]):
+        self.launched: list[tuple[str, int]] = []
+        self.memory_steps = list(memory_steps)  # what grow_memory answers, in turn
+
+    def launch(self, role: str, instance_id: int) -> None:
+        self.launched.append((role, instance_id))
+
+    def kill(self, role: str, instance_id: int, force: bool = False) -> None:
+        pass
+
+    def shutdown(self, grace_seconds: float) -> None:
+        pass
+
+    def grow_memory(self, role: str) -> str | None:
+        return self.memory_steps.pop(0) if self.memory_steps else None
+
+
+def manager(launcher, failures: list[str], **options) -> tuple[InstanceManager, Journal]:
+    journal = Journal()
+    instances = InstanceManager(
+        launcher,
+        journal,
+        workers=1,
+        ps=1,
+        max_worker_relaunches=1,
+        max_ps_relaunches=1,
+        on_worker_lost=lambda worker_id: None,
+        on_job_failed=failures.append,
+        **options,
+    )
+    instances.start()
+    return instances, journal
+
+
+def kinds(journal: Journal) -> list[str]:
+    return [e.kind for e in journal.read(0, follow=False)]
+
+
+def test_oom_raises_memory_without_spending_the_crash_budget_until_the_cap():
+    launcher, failures = Launcher(["256Mi -> 512Mi", "512Mi -> 1Gi"]), []
+    instances, journal = manager(launcher, failures)
+    for worker_id in (0, 1, 2):  # two OOMs with more memory each, then at the cap
+        instances.on_event(InstanceEvent("worker", worker_id, OOM, exit_code=137))
+    raised = [e.data["memory"] for e in journal.read(0, follow=False) if e.kind == "memory_raised"]
+    assert raised == ["256Mi -> 512Mi", "512Mi -> 1Gi"]
+    assert instances.counts.worker_crashes == 1  # only the OOM at the cap counted
+    assert launcher.launched[-1] == ("worker", 3)  # still within the budget of 1
+    instances.on_event(InstanceEvent("worker", 3, OOM, exit_code=137))
+    assert "relaunch_refused" in kinds(journal)
+    assert failures and "budget of 1 worker relaunches is used up" in failures[0]
+
+
+def test_an_instance_ends_once_however_often_it_is_reported():
+    launcher, failures = Launcher([]), []
+    instances, journal = manager(launcher, failures)
+    preempted = InstanceEvent("worker", 0, PREEMPTED, reason="PreemptionByScheduler")
+    instances.on_event(preempted)
+    instances.on_event(InstanceEvent("worker", 0, PREEMPTED, exit_code=143, reason="again"))
+    relaunches = [e.data for e in journal.read(0, follow=False) if e.kind == "relaunch"]
+    assert [r["replaces"] for r in relaunches] == [0]
+    assert launcher.launched.count(("worker", 1)) == 1 and ("worker", 2) not in launcher.launched
+
+
+def test_pending_too_long_is_journaled_a_worker_is_waited_for_a_ps_fails_the_job():
+    launcher, failures = Launcher([]), []
+    instances, journal = manager(launcher, failures, pending_timeout=0.2)
+    instances.on_event(InstanceEvent("worker", 0, PENDING, reason="unschedulable: no cpu"))
+    instances.on_event(InstanceEvent("ps", 0, RUNNING))
+    deadline = time.monotonic() + 5
+    while "pending_too_long" not in kinds(journal) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    late = [e.data for e in journal.read(0, follow=False) if e.kind == "pending_too_long"]
+    assert late == [{"role": "worker", "id": 0, "seconds": 0.2, "reason": "unschedulable: no cpu"}]
+    assert failures == []  # the job goes on with the workers it has
+
+    instances.on_event(InstanceEvent("ps", 0, OOM, exit_code=137))  # relaunched, then stuck
+    instances.on_event(InstanceEvent("ps", 0, PENDING, reason="ErrImagePull: denied"))
+    deadline = time.monotonic() + 5
+    while not failures and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert failures == ["PS 0 could not start within 0.2 s (ErrImagePull: denied); the job "
+                        "cannot train without it."]  # fmt: skip
