@@ -42,9 +42,7 @@ def benchmark_panels(name: str, doc: dict, out: Path) -> Path | None:
             _bar(ax, i - 0.2, r["ours"], OURS, 0.4, "ours" if i == 0 else None)
             label = (r["baseline_label"] or "baseline") if i == 0 else None
             _bar(ax, i + 0.2, r["baseline"], BASE, 0.4, label)
-        ax.set_xticks(
-            range(len(rows)), [textwrap.fill(r["case"], 22) for r in rows], fontsize=7
-        )
+        ax.set_xticks(range(len(rows)), [textwrap.fill(r["case"], 22) for r in rows], fontsize=7)
         ax.set_title(textwrap.fill(metric, 40), fontsize=9)
         ax.set_ylabel(unit)
         ax.legend(fontsize=7)

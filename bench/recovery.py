@@ -168,7 +168,12 @@ def ledger_counts(job: edl.Job) -> tuple[int, int]:
 
 
 def run_job(
-    tag: str, data: tuple, home: Path, kill: str = "", at_step: int = 0, victim: int = 0,
+    tag: str,
+    data: tuple,
+    home: Path,
+    kill: str = "",
+    at_step: int = 0,
+    victim: int = 0,
     stop_after: float | None = None,
 ) -> dict:
     """One job. `kill`: 'worker' or 'ps' to SIGKILL instance `victim` past `at_step`;
@@ -390,36 +395,102 @@ def build_rows(runs: dict[str, list[dict]]) -> list[dict]:
         return [r.get(key) for r in rows]
 
     return [
-        row(w_case, "longest progress gap / normal step time", col(a, "gap_ratio"),
-            col(base, "gap_ratio"), higher_is_better=False, limit=2.0, **same,
+        row(
+            w_case,
+            "longest progress gap / normal step time",
+            col(a, "gap_ratio"),
+            col(base, "gap_ratio"),
+            higher_is_better=False,
+            limit=2.0,
+            **same,
             note=f"survivor's steps, {WINDOW:.0f} s after the kill; normal = median step "
-            f"interval in the {BEFORE:.0f} s before; resolution: one step (stamps)"),
-        row(f"no kill, {CASE}", "interval into a task's first step / normal step time",
-            boundary, higher_is_better=False, limit=2.0,
-            note=f"median over the {BEFORE:.0f} s before the window; every {PER_TASK} steps"),
-        row(w_case, "longest progress gap", col(a, "longest_gap_ms"), col(base, "longest_gap_ms"),
-            unit="ms", higher_is_better=False, **same),
-        row(w_case, f"survivor's step rate, {WINDOW:.0f} s after the kill", col(a, "steps_per_s"),
-            col(base, "steps_per_s"), unit="steps/s", higher_is_better=True, **same),
-        row(w_case, "time to replacement's first step", col(a, "replacement_first_report_s"),
-            unit="s", higher_is_better=False,
-            note="kill -> first loss report of the new worker (first minibatch it applied)"),
+            f"interval in the {BEFORE:.0f} s before; resolution: one step (stamps)",
+        ),
+        row(
+            f"no kill, {CASE}",
+            "interval into a task's first step / normal step time",
+            boundary,
+            higher_is_better=False,
+            limit=2.0,
+            note=f"median over the {BEFORE:.0f} s before the window; every {PER_TASK} steps",
+        ),
+        row(
+            w_case,
+            "longest progress gap",
+            col(a, "longest_gap_ms"),
+            col(base, "longest_gap_ms"),
+            unit="ms",
+            higher_is_better=False,
+            **same,
+        ),
+        row(
+            w_case,
+            f"survivor's step rate, {WINDOW:.0f} s after the kill",
+            col(a, "steps_per_s"),
+            col(base, "steps_per_s"),
+            unit="steps/s",
+            higher_is_better=True,
+            **same,
+        ),
+        row(
+            w_case,
+            "time to replacement's first step",
+            col(a, "replacement_first_report_s"),
+            unit="s",
+            higher_is_better=False,
+            note="kill -> first loss report of the new worker (first minibatch it applied)",
+        ),
         row(w_case, "minibatches redone", col(a, "redone_minibatches"), higher_is_better=False),
-        row(w_case, "records applied twice", col(wk, "applied_twice"), higher_is_better=False,
-            limit=0),
-        row(w_case, "records never applied", col(wk, "never_applied"), higher_is_better=False,
-            limit=0),
-        row(p_case, "time until training resumes", col(b, "resume_s"), unit="s",
-            higher_is_better=False, note="kill -> first step computed after the PS is back"),
-        row(p_case, "steps rolled back", col(b, "steps_rolled_back"), higher_is_better=False,
-            note=f"ps_restored.updates_rolled_back; checkpoint every {CHECKPOINT_STEPS} updates"),
+        row(
+            w_case,
+            "records applied twice",
+            col(wk, "applied_twice"),
+            higher_is_better=False,
+            limit=0,
+        ),
+        row(
+            w_case,
+            "records never applied",
+            col(wk, "never_applied"),
+            higher_is_better=False,
+            limit=0,
+        ),
+        row(
+            p_case,
+            "time until training resumes",
+            col(b, "resume_s"),
+            unit="s",
+            higher_is_better=False,
+            note="kill -> first step computed after the PS is back",
+        ),
+        row(
+            p_case,
+            "steps rolled back",
+            col(b, "steps_rolled_back"),
+            higher_is_better=False,
+            note=f"ps_restored.updates_rolled_back; checkpoint every {CHECKPOINT_STEPS} updates",
+        ),
         row(p_case, "minibatches redone", col(b, "redone_minibatches"), higher_is_better=False),
-        row(p_case, "records applied twice", col(ps, "applied_twice"), higher_is_better=False,
-            limit=0),
-        row(p_case, "records never applied", col(ps, "never_applied"), higher_is_better=False,
-            limit=0),
-        row(f"worker or PS SIGKILL, {CASE}", "jobs succeeded",
-            [float(r["state"] == "succeeded") for r in wk + ps], limit=1.0),
+        row(
+            p_case,
+            "records applied twice",
+            col(ps, "applied_twice"),
+            higher_is_better=False,
+            limit=0,
+        ),
+        row(
+            p_case,
+            "records never applied",
+            col(ps, "never_applied"),
+            higher_is_better=False,
+            limit=0,
+        ),
+        row(
+            f"worker or PS SIGKILL, {CASE}",
+            "jobs succeeded",
+            [float(r["state"] == "succeeded") for r in wk + ps],
+            limit=1.0,
+        ),
     ]
 
 
@@ -453,8 +524,10 @@ def main() -> None:
             log(f"  -> FAILED {failures[-1]}")
             return None
         if "applied_twice" in run:
-            log(f"  -> {run['state']}; ledger: {run['applied_twice']} records applied "
-                f"twice, {run['never_applied']} never applied")
+            log(
+                f"  -> {run['state']}; ledger: {run['applied_twice']} records applied "
+                f"twice, {run['never_applied']} never applied"
+            )
         runs[scenario].append(run)
         return run
 
@@ -484,15 +557,33 @@ def main() -> None:
         run["ours"] = analyse_ps_kill(run)
         log(f"PS kill: {run['ours']}")
 
-    keep = ("job", "kill", "state", "error", "victim", "kill_step", "step_at_kill",
-            "applied_twice", "never_applied", "ours", "base")
+    keep = (
+        "job",
+        "kill",
+        "state",
+        "error",
+        "victim",
+        "kill_step",
+        "step_at_kill",
+        "applied_twice",
+        "never_applied",
+        "ours",
+        "base",
+    )
     details = {
         "seed": seed,
         "failures": failures,
         "job": {
-            "model": "examples/model_zoo/ctr.py", "records": RECORDS, "epochs": EPOCHS,
-            "steps": STEPS, "batch": BATCH, "minibatches_per_task": PER_TASK,
-            "checkpoint_steps": CHECKPOINT_STEPS, "workers": 2, "ps": 1, "record_ledger": True,
+            "model": "examples/model_zoo/ctr.py",
+            "records": RECORDS,
+            "epochs": EPOCHS,
+            "steps": STEPS,
+            "batch": BATCH,
+            "minibatches_per_task": PER_TASK,
+            "checkpoint_steps": CHECKPOINT_STEPS,
+            "workers": 2,
+            "ps": 1,
+            "record_ledger": True,
         },
         "window_s": {"before": BEFORE, "after": WINDOW, "steady_before_kill": STEADY},
         "timing_resolution": "one training step: each worker stamps time.time() from a "
@@ -500,8 +591,14 @@ def main() -> None:
         "runs": {k: [{f: r[f] for f in keep if f in r} for r in v] for k, v in runs.items()},
     }
     command = ".venv/bin/python bench/recovery.py" + (" --quick" if args.quick else "")
-    write_result("recovery", "Recovery from a SIGKILL of a worker or the PS",
-                 build_rows(runs), details, command=command, seconds=round(elapsed, 1))
+    write_result(
+        "recovery",
+        "Recovery from a SIGKILL of a worker or the PS",
+        build_rows(runs),
+        details,
+        command=command,
+        seconds=round(elapsed, 1),
+    )
     log(f"benchmark time {elapsed:.0f} s (seed {seed})")
 
 

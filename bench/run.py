@@ -102,8 +102,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated")
     args = parser.parse_args()
-    command = " ".join(["make bench" if len(sys.argv) == 1 else ".venv/bin/python bench/run.py",
-                        *sys.argv[1:]])
+    command = " ".join(
+        ["make bench" if len(sys.argv) == 1 else ".venv/bin/python bench/run.py", *sys.argv[1:]]
+    )
     machine = harness.machine()
     t0 = time.perf_counter()
     results: dict[str, dict] = {}
@@ -115,9 +116,11 @@ def main() -> int:
             argv.append("--quick")
         done = subprocess.run(argv, cwd=harness.ROOT)
         path = harness.RESULTS_DIR / f"{name}.json"
-        if done.returncode == 0 and path.exists() and path.stat().st_mtime >= time.time() - (
-            time.perf_counter() - started
-        ) - 1:
+        if (
+            done.returncode == 0
+            and path.exists()
+            and path.stat().st_mtime >= time.time() - (time.perf_counter() - started) - 1
+        ):
             results[name] = json.loads(path.read_text())
         else:
             results[name] = {"error": f"exit status {done.returncode}"}

@@ -34,8 +34,11 @@ import elasticdl_nb as edl  # noqa: E402
 def import_tensorflow() -> float:
     t0 = time.time()
     subprocess.run(
-        [harness.PY, "-c", "import tensorflow"], env=harness.pinned_env(), check=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [harness.PY, "-c", "import tensorflow"],
+        env=harness.pinned_env(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return time.time() - t0
 
@@ -43,8 +46,15 @@ def import_tensorflow() -> float:
 def first_gradient(w: workloads.Workload, tag: str) -> dict:
     t0 = time.time()
     job = edl.train(
-        w.model, loss=w.loss, optimizer=w.optimizer, data=w.data, workers=1, ps=1,
-        epochs=w.epochs, minibatch_size=w.batch, minibatches_per_task=w.per_task,
+        w.model,
+        loss=w.loss,
+        optimizer=w.optimizer,
+        data=w.data,
+        workers=1,
+        ps=1,
+        epochs=w.epochs,
+        minibatch_size=w.batch,
+        minibatches_per_task=w.per_task,
         name=f"bench-startup-{tag}",
     )
     returned = time.time() - t0

@@ -121,8 +121,11 @@ def serve(job_name: str, task_index: int, cluster: dict[str, list[str]]) -> None
     import tensorflow as tf
 
     server = tf.distribute.Server(
-        tf.train.ClusterSpec(cluster), job_name=job_name, task_index=task_index,
-        protocol="grpc", start=True,
+        tf.train.ClusterSpec(cluster),
+        job_name=job_name,
+        task_index=task_index,
+        protocol="grpc",
+        start=True,
     )
     server.join()
 
@@ -149,13 +152,23 @@ class TFCluster:
         for job in ("ps", "worker"):
             for index in range(len(self.spec[job])):
                 cmd = [
-                    harness.PY, str(HERE), "--tf-server", "--job-name", job,
-                    "--task-index", str(index), "--cluster", json.dumps(self.spec),
+                    harness.PY,
+                    str(HERE),
+                    "--tf-server",
+                    "--job-name",
+                    job,
+                    "--task-index",
+                    str(index),
+                    "--cluster",
+                    json.dumps(self.spec),
                 ]
                 with open(self.logdir / f"{job}{index}.log", "wb") as log_file:
                     self.servers[f"{job}{index}"] = subprocess.Popen(
-                        cmd, env=harness.pinned_env(SERVER_ENV.get(job)), stdout=log_file,
-                        stderr=subprocess.STDOUT, start_new_session=True,
+                        cmd,
+                        env=harness.pinned_env(SERVER_ENV.get(job)),
+                        stdout=log_file,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
                     )
         return self
 
@@ -199,7 +212,10 @@ def coordinate(args: argparse.Namespace) -> None:
     t_ready = time.perf_counter()
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc",
+        tf.train.ClusterSpec(cluster),
+        task_type="chief",
+        task_id=0,
+        rpc_layer="grpc",
     )
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     with strategy.scope():
@@ -252,7 +268,10 @@ def coordinate(args: argparse.Namespace) -> None:
                 report()
 
     model.fit(
-        data, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0,
+        data,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        verbose=0,
         callbacks=[EpochStamps()],
     )
 
@@ -263,9 +282,9 @@ def error_of(stderr: str) -> str:
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
     if not starts:
         return tail(stderr)[:1500]
-    frames = lines[starts[-1] + 1:]
+    frames = lines[starts[-1] + 1 :]
     last_frame_line = max((i for i, line in enumerate(frames) if line.startswith(" ")), default=-1)
-    return " ".join(line.strip() for line in frames[last_frame_line + 1:])[:1500]
+    return " ".join(line.strip() for line in frames[last_frame_line + 1 :])[:1500]
 
 
 def read_result(proc: subprocess.Popen, timeout: float) -> dict[str, Any] | None:
@@ -289,12 +308,19 @@ def read_result(proc: subprocess.Popen, timeout: float) -> dict[str, Any] | None
         for line in lines:
             text = line.decode(errors="replace")
             if text.startswith(RESULT_PREFIX):
-                return json.loads(text[len(RESULT_PREFIX):])
+                return json.loads(text[len(RESULT_PREFIX) :])
 
 
 def run_tf(
-    workload: str, workers: int, quick: bool, logdir: Path, *, keras: str = "tf_keras",
-    steps_per_execution: int = 1, epochs: int = 0, timeout: float = 300,
+    workload: str,
+    workers: int,
+    quick: bool,
+    logdir: Path,
+    *,
+    keras: str = "tf_keras",
+    steps_per_execution: int = 1,
+    epochs: int = 0,
+    timeout: float = 300,
 ) -> dict[str, Any]:
     """One TF PSS run on fresh servers; the coordinator's figures, or RuntimeError(why).
 
@@ -303,16 +329,30 @@ def run_tf(
     t0 = time.perf_counter()
     with TFCluster(workers, logdir) as cluster:
         cmd = [
-            harness.PY, str(HERE), "--coordinator", "--workload", workload,
-            "--cluster", json.dumps(cluster.spec), "--keras", keras,
-            "--steps-per-execution", str(steps_per_execution), "--epochs", str(epochs),
+            harness.PY,
+            str(HERE),
+            "--coordinator",
+            "--workload",
+            workload,
+            "--cluster",
+            json.dumps(cluster.spec),
+            "--keras",
+            keras,
+            "--steps-per-execution",
+            str(steps_per_execution),
+            "--epochs",
+            str(epochs),
         ] + (["--quick"] if quick else [])
         env = harness.pinned_env()
         env.pop("TF_USE_LEGACY_KERAS", None)  # the coordinator sets it (or not) itself
         err_path = logdir / "coordinator.log"
         with open(err_path, "wb") as err_file:
             coordinator = subprocess.Popen(
-                cmd, env=env, stdout=subprocess.PIPE, stderr=err_file, start_new_session=True,
+                cmd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                start_new_session=True,
             )
         try:
             result = read_result(coordinator, timeout)
@@ -408,13 +448,19 @@ def benchmark(quick: bool, spe: int) -> None:
         notes = [f"batch {w.batch}, {w.epochs} epochs of {w.records:,} records"]
         if r["errors"]:
             notes.append("failed runs: " + " / ".join(r["errors"]))
-        rows.append(harness.row(
-            case=label, metric="samples/s", unit="samples/s",
-            ours=[x["samples_per_s"] for x in r["ours"]],
-            baseline=[x["samples_per_s"] for x in r["tf"]] or None,
-            baseline_label=BASELINE_LABEL, higher_is_better=True, target=TARGET,
-            note="; ".join(notes),
-        ))
+        rows.append(
+            harness.row(
+                case=label,
+                metric="samples/s",
+                unit="samples/s",
+                ours=[x["samples_per_s"] for x in r["ours"]],
+                baseline=[x["samples_per_s"] for x in r["tf"]] or None,
+                baseline_label=BASELINE_LABEL,
+                higher_is_better=True,
+                target=TARGET,
+                note="; ".join(notes),
+            )
+        )
     details.update(
         runs=runs,
         tf_configuration={
@@ -422,7 +468,7 @@ def benchmark(quick: bool, spe: int) -> None:
             "compile": "optimizer, loss, steps_per_execution=1 (tf_keras's default too)",
             "fit": "DatasetCreator(dataset_fn), epochs=E, steps_per_epoch=records // B",
             "dataset_fn": "from_tensor_slices(arrays).batch(B, drop_remainder=True)"
-                          ".shuffle(batches per epoch).repeat().prefetch(AUTOTUNE)",
+            ".shuffle(batches per epoch).repeat().prefetch(AUTOTUNE)",
             "variable_partitioner": None,
             "server_env_on_top_of_pins": SERVER_ENV,
             "why_worker_inter_op_2": WHY_INTER_OP,
@@ -430,14 +476,20 @@ def benchmark(quick: bool, spe: int) -> None:
     )
     if spe > 1:  # ours against TF with N steps per execution: a row of its own
         label = CASES[0][2]
-        rows.insert(1, harness.row(
-            case=f"{label} (TF: steps_per_execution={spe})", metric="samples/s",
-            unit="samples/s", ours=[x["samples_per_s"] for x in runs[label]["ours"]],
-            baseline=[x["samples_per_s"] for x in runs[label].get(f"tf_spe{spe}", [])] or None,
-            baseline_label=f"{BASELINE_LABEL}, steps_per_execution={spe}", target=TARGET,
-            note="TF runs N steps per dispatch from its coordinator, still one PS round trip "
-                 "per step; ours fetches tasks of 8 minibatches",
-        ))
+        rows.insert(
+            1,
+            harness.row(
+                case=f"{label} (TF: steps_per_execution={spe})",
+                metric="samples/s",
+                unit="samples/s",
+                ours=[x["samples_per_s"] for x in runs[label]["ours"]],
+                baseline=[x["samples_per_s"] for x in runs[label].get(f"tf_spe{spe}", [])] or None,
+                baseline_label=f"{BASELINE_LABEL}, steps_per_execution={spe}",
+                target=TARGET,
+                note="TF runs N steps per dispatch from its coordinator, still one PS round trip "
+                "per step; ours fetches tasks of 8 minibatches",
+            ),
+        )
     seconds = time.perf_counter() - started
     command = f".venv/bin/python bench/{NAME}.py" + (" --quick" if quick else "")
     command += f" --spe {spe}" if spe > 1 else ""
@@ -452,7 +504,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 run per side, less CTR data")
     parser.add_argument(
-        "--spe", type=int, default=8, metavar="N",
+        "--spe",
+        type=int,
+        default=8,
+        metavar="N",
         help="also the CTR 1-worker case against TF with steps_per_execution=N (0: skip)",
     )
     internal = parser.add_argument_group("internal (the TF processes this script starts)")

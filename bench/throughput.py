@@ -81,8 +81,12 @@ def measure(w: workloads.Workload, reps: int, overlap: bool) -> tuple[list[dict]
     details = {"fit": fit, "ours": {str(n): runs for n, runs in ours.items()}}
     if overlap:
         details["ours_overlap_1w"] = _attempt(
-            f"{w.key}: ours 1 worker + 1 PS, overlap_communication", workloads.run_job,
-            w, 1, "overlap", overlap_communication=True,
+            f"{w.key}: ours 1 worker + 1 PS, overlap_communication",
+            workloads.run_job,
+            w,
+            1,
+            "overlap",
+            overlap_communication=True,
         )
     return rows, details
 

@@ -117,17 +117,39 @@ def workloads(quick: bool = False) -> dict[str, Workload]:
     digits = digits_data(1408)  # 22 × 64
     out = {
         "digits": Workload(
-            "digits", "digits MLP (64-64-10, Adam)", digits_mlp, digits_loss, adam,
-            digits, batch=64, per_task=11, epochs=40 if quick else 80, timeout=240,
+            "digits",
+            "digits MLP (64-64-10, Adam)",
+            digits_mlp,
+            digits_loss,
+            adam,
+            digits,
+            batch=64,
+            per_task=11,
+            epochs=40 if quick else 80,
+            timeout=240,
         ),
         "ctr": Workload(
-            "ctr", "CTR (4×Embedding(10000,16)-64-32-1, Adagrad)", ctr.custom_model,
-            ctr.loss, ctr.optimizer, (ids, clicks), batch=256, per_task=8, epochs=3,
+            "ctr",
+            "CTR (4×Embedding(10000,16)-64-32-1, Adagrad)",
+            ctr.custom_model,
+            ctr.loss,
+            ctr.optimizer,
+            (ids, clicks),
+            batch=256,
+            per_task=8,
+            epochs=3,
             timeout=300,
         ),
         "cnn": Workload(
-            "cnn", "small CNN (8×8 digits, conv16-conv32-10, Adam)", digits_cnn,
-            digits_loss, adam, digits, batch=64, per_task=11, epochs=15 if quick else 30,
+            "cnn",
+            "small CNN (8×8 digits, conv16-conv32-10, Adam)",
+            digits_cnn,
+            digits_loss,
+            adam,
+            digits,
+            batch=64,
+            per_task=11,
+            epochs=15 if quick else 30,
             timeout=240,
         ),
     }
@@ -216,8 +238,16 @@ def run_job(w: Workload, workers: int, tag: str, ps: int = 1, **options: Any) ->
     name = f"bench-{w.key}-{workers}w{ps}ps-{tag}"
     t0 = time.perf_counter()
     job = edl.train(
-        w.model, loss=w.loss, optimizer=w.optimizer, data=w.data, workers=workers, ps=ps,
-        epochs=w.epochs, minibatch_size=w.batch, minibatches_per_task=w.per_task, name=name,
+        w.model,
+        loss=w.loss,
+        optimizer=w.optimizer,
+        data=w.data,
+        workers=workers,
+        ps=ps,
+        epochs=w.epochs,
+        minibatch_size=w.batch,
+        minibatches_per_task=w.per_task,
+        name=name,
         **options,
     )
     try:
@@ -232,7 +262,9 @@ def run_job(w: Workload, workers: int, tag: str, ps: int = 1, **options: Any) ->
     timings = [e.data for e in events if e.kind == "worker_time"]
     task_s = sum(t["task_s"] for t in timings)
     out.update(
-        job=name, wall_s=time.perf_counter() - t0, loadavg_1m=os.getloadavg()[0],
+        job=name,
+        wall_s=time.perf_counter() - t0,
+        loadavg_1m=os.getloadavg()[0],
         # Of the workers' time on training tasks, the share spent blocked on PS replies.
         communication_share=sum(t["wait_s"] for t in timings) / task_s if task_s else None,
         compute_share=sum(t["compute_s"] for t in timings) / task_s if task_s else None,
