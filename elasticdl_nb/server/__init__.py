@@ -1,0 +1,29 @@
+"""The Jupyter server extension: every job this machine knows, over authenticated HTTP and
+a websocket, for the JupyterLab sidebar (labextension/) and any other client.
+
+    GET    /elasticdl/api/jobs                 the jobs, with state, progress, counts
+    GET    /elasticdl/api/jobs/{name}          one job in detail (instances, metrics)
+    PATCH  /elasticdl/api/jobs/{name}          {"workers": N}: scale
+    DELETE /elasticdl/api/jobs/{name}          stop
+    GET    /elasticdl/api/jobs/{name}/logs     ?role=worker&index=0&tail=200
+    WS     /elasticdl/api/jobs/{name}/events   ?from_seq=N: the journal, live
+
+Enabled on install (jupyter-config/ in the wheel); every handler requires Jupyter's
+authentication and authorization, and the state-changing ones its XSRF protection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "elasticdl_nb.server"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from elasticdl_nb.server.handlers import routes
+
+    base = serverapp.web_app.settings["base_url"]
+    serverapp.web_app.add_handlers(".*$", routes(base))
+    serverapp.log.info("elasticdl-nb: job API at %selasticdl/api/jobs", base)

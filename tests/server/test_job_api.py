@@ -1,0 +1,140 @@
+"""The job API of the server extension against real local jobs and a real Jupyter server:
+list, detail, scale and stop; the events websocket resuming from a sequence number; and
+requests that are refused (not logged in, cross-site, no XSRF token, bad input)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+from tests.integration.faults import wait_for_step
+from tests.integration.models import DIGITS, digits_job
+
+pytestmark = pytest.mark.slow
+
+
+def _paced_loss(labels, predictions):
+    """The digits loss with each step taking at least 30 ms: the job is still running
+    while the test scales it."""
+    import time
+
+    import tensorflow as tf
+
+    pause = tf.py_function(lambda: (time.sleep(0.03), 0.0)[1], [], tf.float32)
+    return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
+
+
+async def fetch_json(jp_fetch, *path, **kwargs):
+    response = await jp_fetch("elasticdl", "api", "jobs", *path, **kwargs)
+    return json.loads(response.body)
+
+
+async def poll(check, timeout: float, what: str):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.3)
+
+
+async def test_list_detail_scale_and_stop_a_real_job(jp_fetch, job_home):
+    job, _, _ = digits_job(workers=1, epochs=30, loss=_paced_loss)
+    await asyncio.to_thread(wait_for_step, job, 5)
+
+    listed = (await fetch_json(jp_fetch))["jobs"]
+    assert [j["name"] for j in listed] == [job.name]
+    summary = listed[0]
+    assert summary["backend"] == "local" and summary["state"] == "running"
+    assert 0 < summary["progress"]["fraction"] < 1 and summary["progress"]["epochs"] == 30
+    assert summary["workers"] == {"live": 1, "desired": 1} and summary["ps"] == 1
+
+    detail = await fetch_json(jp_fetch, job.name)
+    assert {(i["role"], i["id"]) for i in detail["instances"]} >= {("ps", 0), ("worker", 0)}
+
+    with pytest.raises(HTTPClientError) as bad:
+        await fetch_json(jp_fetch, job.name, method="PATCH", body='{"workers": "x"}')
+    assert bad.value.code == 400
+    assert json.loads(bad.value.response.body)["message"] == 'send {"workers": N}, N a whole number'
+    scaled = await fetch_json(jp_fetch, job.name, method="PATCH", body=json.dumps({"workers": 3}))
+    assert scaled == {"workers_from": 1, "workers_to": 3}
+
+    async def three_live():
+        return (await fetch_json(jp_fetch, job.name))["workers"]["live"] == 3
+
+    await poll(three_live, 120, "3 live workers")
+
+    stopped = await fetch_json(jp_fetch, job.name, method="DELETE")
+    assert stopped["state"] == "stopped"
+    assert (await fetch_json(jp_fetch))["jobs"][0]["state"] == "stopped"
+
+
+async def test_the_events_websocket_resumes_from_a_sequence_number(jp_fetch, jp_ws_fetch, job_home):
+    job, _, _ = digits_job(workers=1, epochs=1)
+    await asyncio.to_thread(job.wait, 240, False)
+
+    async def read_all(from_seq: int) -> list[dict]:
+        socket = await jp_ws_fetch(
+            "elasticdl", "api", "jobs", job.name, "events", params={"from_seq": str(from_seq)}
+        )
+        messages = []
+        while (text := await socket.read_message()) is not None:  # None: the server closed
+            messages.append(json.loads(text))
+        return messages
+
+    everything = await read_all(0)
+    assert [m["seq"] for m in everything] == list(range(len(everything)))
+    states = [m["data"]["state"] for m in everything if m["kind"] == "job_state"]
+    assert states[-1] == "succeeded"  # the whole journal, to its end
+    resumed = await read_all(10)
+    assert resumed == everything[10:]
+
+
+async def test_refused_not_logged_in_cross_site_and_without_xsrf(
+    jp_base_url, jp_http_port, jp_serverapp, job_home
+):
+    url = f"http://localhost:{jp_http_port}{jp_base_url}elasticdl/api/jobs"
+    client = AsyncHTTPClient()
+
+    with pytest.raises(HTTPClientError) as refused:  # no token, no cookie
+        await client.fetch(url)
+    assert refused.value.code == 403
+    with pytest.raises(HTTPClientError) as refused:  # nor may the websocket be opened
+        await _ws_without_token(jp_http_port, jp_base_url)
+    assert refused.value.code == 403
+
+    # A browser holding the logged-in user's cookie (not the token)...
+    token = jp_serverapp.identity_provider.token
+    login = await client.fetch(f"{url}?token={token}")
+    cookies = "; ".join(c.split(";")[0] for c in login.headers.get_list("Set-Cookie"))
+    assert "username-" in cookies
+    same_site = await client.fetch(url, headers={"Cookie": cookies})
+    assert "jobs" in json.loads(same_site.body)
+    # ...on another site's page: not served.
+    with pytest.raises(HTTPClientError) as refused:
+        await client.fetch(url, headers={"Cookie": cookies, "Origin": "http://evil.example"})
+    assert refused.value.code == 404
+
+    # A cookie-authenticated state change needs the XSRF token as well.
+    with pytest.raises(HTTPClientError) as refused:
+        await client.fetch(f"{url}/no-such-job", method="DELETE", headers={"Cookie": cookies})
+    assert refused.value.code == 403
+    xsrf = "the-xsrf-token"
+    with pytest.raises(HTTPClientError) as missing:  # past the XSRF check, then: no such job
+        await client.fetch(
+            f"{url}/no-such-job",
+            method="DELETE",
+            headers={"Cookie": f"{cookies}; _xsrf={xsrf}", "X-XSRFToken": xsrf},
+        )
+    assert missing.value.code == 404
+    assert json.loads(missing.value.response.body) == {"message": "no job named 'no-such-job'"}
+
+
+async def _ws_without_token(port: int, base_url: str):
+    from tornado.websocket import websocket_connect
+
+    return await websocket_connect(f"ws://localhost:{port}{base_url}elasticdl/api/jobs/x/events")
