@@ -95,8 +95,8 @@ async def test_the_events_websocket_resumes_from_a_sequence_number(jp_fetch, jp_
 
 
 async def test_refused_not_logged_in_cross_site_and_without_xsrf(
-    jp_base_url, jp_http_port, jp_serverapp, job_home
-):
+    jp_fetch, jp_base_url, jp_http_port, jp_serverapp, job_home
+):  # jp_fetch: its fixture is what makes the server listen
     url = f"http://localhost:{jp_http_port}{jp_base_url}elasticdl/api/jobs"
     client = AsyncHTTPClient()
 
