@@ -11,17 +11,16 @@ import numpy as np
 import pytest
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol.bulk import (
+from elasticdl_nb.runtime.protocol.bulk import BulkClient, BulkError
+from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
+from elasticdl_nb.runtime.protocol.frames import (
     HELLO,
     READY,
     TOKEN_LEN,
-    BulkClient,
-    BulkError,
     FrameError,
     recv_frame,
     send_frame,
 )
-from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
 from elasticdl_nb.runtime.protocol.tensors import OUT_OF_BAND_MIN_BYTES, to_array, to_tensor
 
 TOKEN = "s3cret"

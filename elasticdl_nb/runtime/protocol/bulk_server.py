@@ -5,7 +5,6 @@ token, every request handed to the same PushPull logic the gRPC handler uses.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import socket
 import threading
@@ -15,16 +14,12 @@ import grpc
 import numpy as np
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol.bulk import (
+from elasticdl_nb.runtime.protocol.bulk import BulkError, error_message
+from elasticdl_nb.runtime.protocol.frames import (
     ERROR,
-    HELLO,
-    MAX_TOKEN_BYTES,
     MESSAGE,
     READY,
-    TOKEN_LEN,
-    BulkError,
-    error_message,
-    recv_bytes,
+    accept_hello,
     recv_frame,
     send_frame,
 )
@@ -85,11 +80,7 @@ class BulkServer:
 
     def _authenticated(self, conn: socket.socket) -> bool:
         conn.settimeout(self._timeout)
-        hello = recv_bytes(conn, len(HELLO) + TOKEN_LEN.size)
-        (size,) = TOKEN_LEN.unpack(hello[len(HELLO) :])
-        if hello[: len(HELLO)] != HELLO or size > MAX_TOKEN_BYTES:
-            return False
-        return hmac.compare_digest(bytes(recv_bytes(conn, size)), self._token)
+        return accept_hello(conn, self._token)
 
     def _serve(self, conn: socket.socket, peer) -> None:
         try:

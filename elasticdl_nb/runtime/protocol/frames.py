@@ -1,0 +1,110 @@
+"""Frames on a plain TCP socket between a job's processes: a token handshake, then
+messages with raw tensor buffers beside them. The PS's bulk channel (bulk.py) and the
+workers' collective ring (runtime/collective/) both speak it. Integers are big-endian:
+
+    hello  (client, once per connection)  b"EDLBULK1", u16 token length, token bytes
+    ready  (server, once)                 b"\\x01" (on a wrong token: the server closes)
+    frame  (either way, repeatedly)       u8 kind, u32 message bytes, u32 buffer count,
+                                          u64 length of each buffer, message, buffers
+
+Each buffer's bytes are sent straight from its array's memory and received into a
+preallocated array, so a large tensor is copied once per side.
+"""
+
+from __future__ import annotations
+
+import hmac
+import socket
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+from elasticdl_nb.runtime.protocol.channels import MAX_MESSAGE_BYTES
+from elasticdl_nb.runtime.protocol.tensors import as_bytes
+
+HELLO = b"EDLBULK1"
+READY = b"\x01"
+MESSAGE, ERROR = 0, 1
+MAX_TOKEN_BYTES = 1024
+MAX_BUFFERS = 1 << 16
+MAX_BUFFER_BYTES = 1 << 40
+TOKEN_LEN = struct.Struct("!H")
+_HEAD = struct.Struct("!BII")
+
+
+class FrameError(ConnectionError):
+    """The peer closed the connection or sent something that is not a frame."""
+
+
+def hello(token: str) -> bytes:
+    """What a client sends first: proof that it holds the job token."""
+    return HELLO + TOKEN_LEN.pack(len(token.encode())) + token.encode()
+
+
+def greet(sock: socket.socket, token: str) -> None:
+    """Client side of the handshake: send the hello, wait for ready (OSError if refused)."""
+    sock.sendall(hello(token))
+    recv_exact(sock, memoryview(bytearray(len(READY))))
+
+
+def accept_hello(conn: socket.socket, token: bytes) -> bool:
+    """Server side: whether the peer's hello carries `token` (compared in constant time).
+    The caller sends READY if so, and closes the connection if not."""
+    first = recv_bytes(conn, len(HELLO) + TOKEN_LEN.size)
+    (size,) = TOKEN_LEN.unpack(first[len(HELLO) :])
+    if first[: len(HELLO)] != HELLO or size > MAX_TOKEN_BYTES:
+        return False
+    return hmac.compare_digest(bytes(recv_bytes(conn, size)), token)
+
+
+def recv_exact(sock: socket.socket, view: memoryview) -> None:
+    """Fill `view` from `sock`; FrameError if the peer closes first."""
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if not n:
+            raise FrameError(f"peer closed the connection after {got} of {len(view)} bytes")
+        got += n
+
+
+def recv_bytes(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    recv_exact(sock, memoryview(buf))
+    return buf
+
+
+def send_frame(
+    sock: socket.socket, message: bytes, buffers: Sequence[np.ndarray] = (), kind: int = MESSAGE
+) -> None:
+    """One frame: header, buffer lengths and message in one write, then each buffer's
+    bytes straight from its (C-contiguous) array."""
+    lengths = struct.pack(f"!{len(buffers)}Q", *(b.nbytes for b in buffers))
+    sock.sendall(b"".join((_HEAD.pack(kind, len(message), len(buffers)), lengths, message)))
+    for array in buffers:
+        if array.nbytes:
+            sock.sendall(as_bytes(array))
+
+
+def recv_frame(
+    sock: socket.socket, idle_timeout: float | None, timeout: float | None
+) -> tuple[int, bytearray, list[np.ndarray]]:
+    """(kind, message, buffers) of the next frame. Waits up to `idle_timeout` for it to
+    begin (None: forever), then up to `timeout` for each read of the rest."""
+    head = memoryview(bytearray(_HEAD.size))
+    sock.settimeout(idle_timeout)
+    recv_exact(sock, head[:1])
+    sock.settimeout(timeout)
+    recv_exact(sock, head[1:])
+    kind, size, count = _HEAD.unpack(head)
+    if kind not in (MESSAGE, ERROR) or size > MAX_MESSAGE_BYTES or count > MAX_BUFFERS:
+        raise FrameError(f"not a frame: kind {kind}, {size} bytes, {count} buffers")
+    lengths = struct.unpack(f"!{count}Q", recv_bytes(sock, 8 * count))
+    if any(n > MAX_BUFFER_BYTES for n in lengths):
+        raise FrameError(f"buffer of {max(lengths)} bytes announced")
+    message = recv_bytes(sock, size)
+    buffers = []
+    for n in lengths:
+        buffers.append(np.empty(n, np.uint8))
+        recv_exact(sock, memoryview(buffers[-1]))
+    return kind, message, buffers
