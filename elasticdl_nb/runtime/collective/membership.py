@@ -1,0 +1,128 @@
+"""Who is in the allreduce group, as the master keeps it: versions, joins, and the
+agreement after a failure.
+
+Explicit transitions, no I/O (the master's RPC handlers call in; unit tests drive it):
+
+- `join(worker, address)`: a new worker waits for the next version; `propose()` makes
+  it (old members in their ring order, then the joiners). Members switch to a newer
+  version together, at a step boundary they agree on through the ring itself.
+- `leave(worker)`: a retiring worker leaves at the next version, the same way.
+- After a `PeerLost`, every survivor calls `report(...)` with the version it was in,
+  the last step it completed and whether it still holds that step's reduced gradients.
+  Once every member of that version that is still alive has reported (the dead are
+  named by `dead(worker)` from instance events, or by not reporting before the
+  master's deadline, `settle`), the master decides one `Recovery` for all of them:
+  the new group (survivors, ring order kept), the step everyone must reach, and which
+  survivor hands that step's result to those one step behind. Every survivor then
+  applies the same update exactly once: nobody is rolled back, nobody applies twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elasticdl_nb.runtime.collective.ring import Group
+
+
+@dataclass(frozen=True)
+class Report:
+    worker: int
+    completed_step: int  # the last step whose update this worker applied
+    holds_result: bool  # it still has that step's reduced gradients to hand on
+
+
+@dataclass(frozen=True)
+class Recovery:
+    group: Group  # the survivors, as the next version
+    step: int  # every survivor's last applied step once the recovery is done
+    source: int | None  # the survivor that sends step `step`'s result (None: nobody behind)
+    behind: tuple[int, ...]  # survivors that have not applied step `step` yet
+    lost: tuple[int, ...]  # members of the old version that are out
+
+
+class Membership:
+    def __init__(self) -> None:
+        self.groups: dict[int, Group] = {0: Group(0, ())}
+        self.version = 0
+        self._joining: dict[int, str] = {}
+        self._leaving: set[int] = set()
+        self._dead: set[int] = set()
+        self._reports: dict[int, dict[int, Report]] = {}  # version -> worker -> report
+        self._decided: dict[int, Recovery] = {}  # version -> what its survivors do
+
+    @property
+    def current(self) -> Group:
+        return self.groups[self.version]
+
+    # ------------------------------------------------------------------ growth and shrink
+
+    def join(self, worker: int, address: str) -> None:
+        self._joining[worker] = address
+
+    def leave(self, worker: int) -> None:
+        self._leaving.add(worker)
+
+    def propose(self) -> Group | None:
+        """The next version if anyone joins or leaves (and no failure is being
+        settled), else None."""
+        if not (self._joining or self._leaving) or self._reports:
+            return None
+        members = [m for m in self.current.members if m[0] not in self._leaving]
+        members += sorted(self._joining.items())
+        self._joining.clear()
+        self._leaving.clear()
+        return self._new_version(members)
+
+    # ------------------------------------------------------------------ failure
+
+    def dead(self, worker: int) -> None:
+        """The backend reports `worker` ended: it will not report after a failure."""
+        self._dead.add(worker)
+        self._joining.pop(worker, None)
+
+    def report(self, version: int, report: Report) -> Recovery | None:
+        """A survivor's account after PeerLost in group `version`: the Recovery once
+        every live member of that version has reported (and to anyone asking later),
+        else None (ask again)."""
+        if version in self._decided:
+            return self._decided[version]
+        reports = self._reports.setdefault(version, {})
+        reports[report.worker] = report
+        members = {w for w, _ in self.groups[version].members}
+        if members - self._dead <= set(reports):
+            return self._decide(version)
+        return None
+
+    def settle(self, version: int) -> Recovery | None:
+        """Decide with the reports at hand: the master's deadline has passed, and whoever
+        has not reported is out. None if nobody has reported."""
+        if version in self._decided:
+            return self._decided[version]
+        return self._decide(version) if self._reports.get(version) else None
+
+    def _decide(self, version: int) -> Recovery:
+        reports = self._reports.pop(version)
+        old = self.groups[version].members
+        survivors = [m for m in old if m[0] in reports and m[0] not in self._dead]
+        step = max(reports[w].completed_step for w, _ in survivors)
+        behind = tuple(w for w, _ in survivors if reports[w].completed_step < step)
+        if any(reports[w].completed_step != step - 1 for w in behind):
+            # A ring member cannot get more than one step ahead of its neighbours.
+            raise AssertionError(f"survivors more than one step apart: {reports}")
+        holders = [w for w, _ in survivors
+                   if reports[w].completed_step == step and reports[w].holds_result]  # fmt: skip
+        if behind and not holders:
+            raise AssertionError(f"step {step} was applied but no survivor holds its result")
+        self._decided[version] = Recovery(
+            group=self._new_version(survivors),
+            step=step,
+            source=holders[0] if behind else None,
+            behind=behind,
+            lost=tuple(w for w, _ in old if w not in {s for s, _ in survivors}),
+        )
+        return self._decided[version]
+
+    def _new_version(self, members: list[tuple[int, str]]) -> Group:
+        self.version += 1
+        self.groups[self.version] = Group(self.version, tuple(members))
+        return self.groups[self.version]
