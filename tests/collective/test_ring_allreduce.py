@@ -124,3 +124,29 @@ def test_a_member_killed_mid_collective_is_noticed_by_every_survivor_at_once():
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_news_one_member_has_reaches_every_member_within_the_same_step():
+    size = 3
+    listeners = {w: RingListener("127.0.0.1", TOKEN) for w in range(size)}
+    group = Group(1, tuple((w, listeners[w].address) for w in range(size)))
+    answers: dict[int, tuple] = {}
+
+    def member(worker: int) -> None:
+        ring = Ring(group, worker, listeners[worker], TOKEN, timeout=10)
+        news = 3 if worker == 1 else 0  # only worker 1 heard of version 3 from the master
+        values = [np.full(5, worker + 1, np.float32)]
+        answers[worker] = ring.allreduce_with_news(values, step=0, timeout=10, news=news)
+        ring.close()
+
+    threads = [threading.Thread(target=member, args=(w,)) for w in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for listener in listeners.values():
+        listener.close()
+    for worker in range(size):
+        (total,), news = answers[worker]
+        assert news == 3
+        assert total.tolist() == [6.0] * 5

@@ -34,6 +34,7 @@ from elasticdl_nb.runtime.protocol.frames import (
 )
 
 CONNECT_TIMEOUT = 10.0
+NEWS_RANGE = 16  # see Ring.allreduce_with_news
 
 
 class PeerLost(ConnectionError):
@@ -67,8 +68,9 @@ class Group:
 
 
 class RingListener:
-    """Accepts connections from ring predecessors, authenticated by the job token, and
-    keeps each until `take` asks for it by (group version, worker id)."""
+    """Accepts connections from other members, authenticated by the job token, and keeps
+    each until `take` asks for it by (group version, worker id, purpose): "ring" for a
+    predecessor's ring link, "handoff" for arrays sent point to point (handoff.py)."""
 
     def __init__(self, host: str, token: str, port: int = 0):
         self._token = token.encode()
@@ -79,9 +81,11 @@ class RingListener:
         self._closed = False
         threading.Thread(target=self._accept_loop, daemon=True, name="ring-accept").start()
 
-    def take(self, version: int, worker: int, timeout: float) -> socket.socket:
+    def take(
+        self, version: int, worker: int, timeout: float, purpose: str = "ring"
+    ) -> socket.socket:
         """The connection `worker` opened for group `version`; PeerLost after `timeout`."""
-        key = (version, worker)
+        key = (version, worker, purpose)
         with self._arrived:
             if not self._arrived.wait_for(lambda: key in self._waiting or self._closed, timeout):
                 raise PeerLost(worker, f"did not connect within {timeout:g} s")
@@ -118,7 +122,7 @@ class RingListener:
             conn.sendall(READY)
             _, message, _ = recv_frame(conn, CONNECT_TIMEOUT, CONNECT_TIMEOUT)
             intro = json.loads(message)
-            key = (int(intro["version"]), int(intro["worker"]))
+            key = (int(intro["version"]), int(intro["worker"]), intro.get("purpose", "ring"))
         except (OSError, ValueError, KeyError):
             conn.close()
             return
@@ -134,6 +138,29 @@ class RingListener:
             self._arrived.notify_all()
 
 
+def connect(
+    address: str, token: str, version: int, me: int, peer: int, timeout: float, purpose="ring"
+) -> socket.socket:
+    """A link to member `peer`'s listener at `address`, introduced as `me` in group
+    `version`; retried while the peer is still starting to listen."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            greet(sock, token)
+            intro = {"version": version, "worker": me, "purpose": purpose}
+            send_frame(sock, json.dumps(intro).encode())
+            return sock
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise PeerLost(peer, f"not listening within {timeout:g} s") from None
+            time.sleep(0.05)
+        except OSError as exc:
+            raise PeerLost(peer, f"cannot connect: {exc}") from None
+
+
 class Ring:
     """This member's place in one group version: a connection to its successor and one
     from its predecessor. Make a new Ring for every new group version."""
@@ -147,7 +174,7 @@ class Ring:
         self._send_error: list[BaseException] = []
         if group.size == 1:
             return
-        self._out = self._connect(succ_address, token, timeout)
+        self._out = connect(succ_address, token, group.version, me, self.succ, timeout)
         try:
             self._in = listener.take(group.version, self.pred, timeout)
         except PeerLost:
@@ -155,30 +182,27 @@ class Ring:
             raise
         threading.Thread(target=self._send_loop, daemon=True, name="ring-send").start()
 
-    def _connect(self, address: str, token: str, timeout: float) -> socket.socket:
-        """Connect to the successor, retrying while it is still starting to listen."""
-        host, port = address.rsplit(":", 1)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                sock = socket.create_connection((host, int(port)), timeout=timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                greet(sock, token)
-                intro = {"version": self.group.version, "worker": self.me}
-                send_frame(sock, json.dumps(intro).encode())
-                return sock
-            except ConnectionRefusedError:
-                if time.monotonic() > deadline:
-                    raise PeerLost(self.succ, f"not listening within {timeout:g} s") from None
-                time.sleep(0.05)
-            except OSError as exc:
-                raise PeerLost(self.succ, f"cannot connect: {exc}") from None
-
     # ------------------------------------------------------------------ the collective
 
     def allreduce(self, arrays: list[np.ndarray], step: int, timeout: float) -> list[np.ndarray]:
         """The elementwise sum of `arrays` over the group (each member passes arrays of
         the same shapes and order). `timeout`: how long to wait for any one chunk."""
+        return self.allreduce_with_news(arrays, step, timeout, news=0)[0]
+
+    def allreduce_with_news(
+        self, arrays: list[np.ndarray], step: int, timeout: float, news: int
+    ) -> tuple[list[np.ndarray], int]:
+        """`allreduce`, plus the largest `news` any member passed (0..NEWS_RANGE-1): how
+        members agree, within the step itself, on something one of them learned (e.g. the
+        master made a newer group version). Every member gets the same answer."""
+        if not 0 <= news < NEWS_RANGE:
+            raise ValueError(f"news must be in 0..{NEWS_RANGE - 1}, not {news}")
+        one_hot = np.zeros(NEWS_RANGE, np.float32)
+        one_hot[news] = 1.0  # summed, the highest non-zero slot is the largest news
+        *reduced, counts = self._sum([*arrays, one_hot], step, timeout)
+        return reduced, int(np.flatnonzero(counts)[-1])
+
+    def _sum(self, arrays: list[np.ndarray], step: int, timeout: float) -> list[np.ndarray]:
         if self.group.size == 1:
             return [np.array(a, copy=True) for a in arrays]
         flat = np.concatenate([np.asarray(a, np.float32).ravel() for a in arrays])
