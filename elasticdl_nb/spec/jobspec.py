@@ -65,7 +65,7 @@ class JobSpec:
     name: str = _opt("", "Job name (lowercase letters, digits, '-'); generated when empty.")
     backend: str = _opt(
         "local",
-        "Where the job's processes run: local processes, or pods (so far --dry-run only).",
+        "Where the job's processes run: local processes, or pods on a Kubernetes cluster.",
         choices=("local", "kubernetes"),
     )
     workers: int = _opt(2, "Number of worker processes.", minimum=1)
