@@ -54,6 +54,11 @@ class Membership:
     def current(self) -> Group:
         return self.groups[self.version]
 
+    @property
+    def joining(self) -> int:
+        """How many workers wait for the next version."""
+        return len(self._joining)
+
     # ------------------------------------------------------------------ growth and shrink
 
     def join(self, worker: int, address: str) -> None:

@@ -1,0 +1,104 @@
+"""The master's group coordinator with its callers as real threads (as the RPC handlers
+are): the first group forms when the expected workers are in; a late joiner gets the next
+version and the member that sends it the state; survivors of a failure all get the same
+decision, without waiting for a member the backend saw die, and at the settle deadline
+without one that went silent; every change is journaled."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from elasticdl_nb.runtime.collective.coordinator import GroupCoordinator
+from elasticdl_nb.runtime.collective.membership import Report
+
+
+class Journal:
+    def __init__(self):
+        self.events = []
+
+    def __call__(self, kind, **data):
+        self.events.append((kind, data))
+
+
+def in_threads(calls: dict) -> dict:
+    results = {}
+
+    def run(key, call):
+        results[key] = call()
+
+    threads = [threading.Thread(target=run, args=item) for item in calls.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def formed(size: int, journal=None) -> GroupCoordinator:
+    coordinator = GroupCoordinator(size, journal or Journal(), settle_seconds=0.5)
+    in_threads({w: (lambda w=w: coordinator.join(w, f"h:{w}", 10)) for w in range(size)})
+    return coordinator
+
+
+def test_the_first_group_forms_with_everyone_and_a_late_joiner_gets_the_next_version():
+    journal = Journal()
+    coordinator = GroupCoordinator(3, journal)
+    admitted = in_threads({w: (lambda w=w: coordinator.join(w, f"h:{w}", 10)) for w in range(3)})
+    assert {a.group.version for a in admitted.values()} == {1}
+    assert [w for w, _ in admitted[0].group.members] == [0, 1, 2]
+    assert all(a.state_from is None for a in admitted.values())
+
+    late = coordinator.join(7, "h:7", 10)
+    assert late.group.version == 2 and late.state_from == 0
+    assert coordinator.latest() == 2
+    assert [(e["version"], e["joined"], e["reason"]) for _, e in journal.events] == [
+        (1, [0, 1, 2], "formed"),
+        (2, [7], "joined"),
+    ]
+
+
+def test_the_first_group_forms_without_a_worker_that_never_comes():
+    coordinator = GroupCoordinator(3, form_seconds=0.3)
+    started = time.monotonic()
+    admitted = in_threads({w: (lambda w=w: coordinator.join(w, f"h:{w}", 10)) for w in (0, 1)})
+    assert time.monotonic() - started < 5
+    assert [w for w, _ in admitted[0].group.members] == [0, 1]
+
+
+def test_survivors_get_one_decision_without_waiting_for_the_dead():
+    journal = Journal()
+    coordinator = formed(4, journal)
+    coordinator.dead(2)
+    reports = {
+        0: Report(0, 10, True),
+        1: Report(1, 10, True),
+        3: Report(3, 11, True),
+    }
+    started = time.monotonic()
+    decided = in_threads(
+        {w: (lambda r=r: coordinator.report_lost(1, r, timeout=10)) for w, r in reports.items()}
+    )
+    assert time.monotonic() - started < 0.5  # everyone alive reported: no settle wait
+    assert len({id(d) for d in decided.values()}) == 1  # the very same decision
+    recovery = decided[0]
+    assert (recovery.step, recovery.source, recovery.behind) == (11, 3, (0, 1))
+    kind, event = journal.events[-1]
+    assert (kind, event["reason"], event["left"], event["members"]) == (
+        "group",
+        "failure",
+        [2],
+        [0, 1, 3],
+    )
+    assert event["agreed_s"] < 0.5
+
+
+def test_a_silent_member_is_out_at_the_settle_deadline():
+    coordinator = formed(3)  # settle_seconds=0.5; worker 1 hangs, nobody saw it die
+    started = time.monotonic()
+    decided = in_threads(
+        {w: (lambda w=w: coordinator.report_lost(1, Report(w, 4, True), 10)) for w in (0, 2)}
+    )
+    waited = time.monotonic() - started
+    assert 0.4 < waited < 3
+    assert decided[0] is decided[2] and decided[0].lost == (1,)
