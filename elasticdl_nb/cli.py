@@ -96,14 +96,27 @@ def add_job_commands(commands) -> dict[str, argparse.ArgumentParser]:
     logs.add_argument("--role", default="master", choices=("master", "worker", "ps"))
     logs.add_argument("--index", type=int, default=0)
     logs.add_argument("--tail", type=int, default=None)
+    for parser in parsers.values():
+        add_cluster_flags(parser)
     return parsers
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """Where to look for Kubernetes jobs that another notebook or shell started."""
+    parser.add_argument("--namespace", help="also look for Kubernetes jobs in this namespace")
+    parser.add_argument("--kubeconfig", default="", help="the cluster's kubeconfig")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     import elasticdl_nb as edl
+    from elasticdl_nb.backends.kubernetes.api import KubernetesError
 
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
+
+    def find():
+        return edl.attach(args["name"], args["namespace"], args["kubeconfig"])
+
     try:
         if command == "train":
             wait, check, dry_run = args.pop("wait"), args.pop("check"), args.pop("dry_run")
@@ -116,26 +129,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                 status = job.wait()
                 print(json.dumps({k: status.get(k) for k in ("state", "step", "metrics")}))
         elif command == "list":
-            for job in edl.jobs():
+            for job in edl.jobs(args["namespace"], args["kubeconfig"]):
                 print(f"{job['name']:<40} {job['state']}")
         elif command == "status":
-            print(json.dumps(edl.attach(args["name"]).status(), indent=1))
+            print(json.dumps(find().status(), indent=1))
         elif command == "wait":
-            print(json.dumps(edl.attach(args["name"]).wait().get("metrics")))
+            print(json.dumps(find().wait().get("metrics")))
         elif command == "events":
-            for event in edl.attach(args["name"]).events(follow=False):
+            for event in find().events(follow=False):
                 print(
                     json.dumps(
                         {"seq": event.seq, "time": event.time, "kind": event.kind, **event.data}
                     )
                 )
         elif command == "scale":
-            print(json.dumps(edl.attach(args["name"]).scale(args["workers"])))
+            print(json.dumps(find().scale(args["workers"])))
         elif command == "stop":
-            print(edl.attach(args["name"]).stop().get("state"))
+            print(find().stop().get("state"))
         elif command == "logs":
-            print(edl.attach(args["name"]).logs(args["role"], args["index"], args["tail"]))
-    except (SpecError, ValueError, LookupError, FileNotFoundError, edl.JobFailed) as exc:
+            print(find().logs(args["role"], args["index"], args["tail"]))
+    except (
+        SpecError,
+        ValueError,
+        LookupError,
+        FileNotFoundError,
+        KubernetesError,
+        edl.JobFailed,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from elasticdl_nb.cli import add_job_commands, add_train_command
+from elasticdl_nb.cli import add_cluster_flags, add_job_commands, add_train_command
 from elasticdl_nb.magics import config as defaults
 from elasticdl_nb.magics.train import model_entries, resolve_data
 from elasticdl_nb.sdk.job import JobFailed
@@ -57,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     attach = commands.add_parser("attach", help="show a job's dashboard and return its Job")
     attach.add_argument("name")
-    for command in (attach, parsers["list"]):  # Kubernetes jobs other notebooks started
-        command.add_argument("--namespace", help="also look for Kubernetes jobs there")
-        command.add_argument("--kubeconfig", default="", help="the cluster's kubeconfig")
+    add_cluster_flags(attach)
     settings = commands.add_parser(
         "config", help="show the defaults for new jobs, or set them: config workers=3 epochs=2"
     )
@@ -188,7 +186,7 @@ class ElasticDLMagics(Magics):
             for job in jobs:
                 print(f"{job['name']:<40} {job['state']}")
             return None
-        job = edl.attach(args["name"], args.get("namespace"), args.get("kubeconfig", ""))
+        job = edl.attach(args["name"], args["namespace"], args["kubeconfig"])
         if command == "attach":
             self._show(job)
             return job

@@ -9,6 +9,10 @@ preempted or OOMKilled, the PS pod deleted, the master pod deleted.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -144,6 +148,14 @@ def test_a_notebook_cell_trains_on_kubernetes(
     found = shell.run_line_magic("elasticdl", f"attach {job.name} {where}")
     assert found.status()["state"] == "succeeded"
     assert found.metrics()["evaluation"] == job.metrics()["evaluation"]
+    # So does a shell, with the CLI.
+    cli = subprocess.run(
+        [sys.executable, "-m", "elasticdl_nb", "status", job.name, *where.split()],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ELASTICDL_NB_HOME": str(tmp_path / "a-shell")},
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["state"] == "succeeded"
 
 
 def _paced_loss(labels, predictions):
