@@ -7,36 +7,77 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
 .PHONY: demo test lint bench
 
+# SKIP_JUPYTER_BUILDER: pip's build hook leaves the JupyterLab extension to the
+# labextension target below (which rebuilds it whenever a source changes).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	if [ -L $(LABEXT_LINK) ]; then rm $(LABEXT_LINK); fi  # or pip writes through the link
+	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e '.[test]'
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# The JupyterLab extension (labextension/, TypeScript) needs Node.js and npm to build:
+# Debian's when the machine has none (`node --version` 18 or newer will do). npm caches
+# its downloads outside the repository.
+NODE := $(shell command -v node || echo /usr/bin/node)
+NPM := $(shell command -v npm || echo /usr/bin/npm)
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+export npm_config_cache := $(or $(ELASTICDL_NB_CACHE),$(HOME)/.cache/elasticdl-nb)/npm
+
+$(NODE) $(NPM) &:
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm
+
+# node_modules from the lockfile (npm ci), again only when the lockfile changes.
+LABEXT_DEPS := labextension/node_modules/.package-lock.json
+$(LABEXT_DEPS): labextension/package-lock.json | $(NODE) $(NPM)
+	cd labextension && npm ci --no-progress
+	touch $@
+
+# Build into elasticdl_nb/labextension (what a wheel ships) when a source changed, and
+# link the venv's copy to it: the editable install copied the extension at install
+# time (hatch editable wheels carry their shared data), and a link follows rebuilds
+# (`npm run watch`, see labextension/README.md), as `jupyter labextension develop` does.
+LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/schema \
+  labextension/scripts -type f) $(addprefix labextension/,package.json tsconfig.json install.json)
+LABEXT_STAMP := $(VENV)/.labextension-built
+LABEXT_LINK := $(VENV)/share/jupyter/labextensions/elasticdl-nb
+
+$(LABEXT_STAMP): $(STAMP) $(LABEXT_DEPS) $(LABEXT_SOURCES)
+	cd labextension && npm run --silent build:prod
+	rm -rf $(LABEXT_LINK)
+	ln -s $(CURDIR)/elasticdl_nb/labextension $(LABEXT_LINK)
+	touch $@
+
+.PHONY: labextension
+labextension: $(LABEXT_STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/run_notebook.py examples/quickstart.ipynb
 
-lint: $(STAMP)
+lint: $(STAMP) $(LABEXT_DEPS)
 	$(PY) -m ruff check .
 	$(PY) -m elasticdl_nb.runtime.protocol.generate --check
+	cd labextension && npm run --silent lint:check  # prettier, eslint, tsc --noEmit
 
 # The browser tests drive Debian's chromium (Playwright cannot download its own here).
 CHROMIUM := /usr/bin/chromium
-SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 
-test: $(STAMP) $(CHROMIUM) test-cluster lint
+test: $(STAMP) $(LABEXT_STAMP) $(CHROMIUM) test-cluster lint
 	$(PY) -m pytest -q -p no:cacheprovider; code=$$?; \
 	  if [ $$code -eq 5 ]; then echo "no tests ran: that is a failure"; exit 1; fi; exit $$code
 
 BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-12)
 
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	if [ -L $(LABEXT_LINK) ]; then rm $(LABEXT_LINK); fi  # relinked by the next `make test`
+	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e '.[test,bench]'
+	rm -f $(LABEXT_STAMP)
 	$(PY) -m pip install --quiet --no-deps tf_keras==2.21.0  # see pyproject's bench extra
 	rm -f $(VENV)/.bench-*
 	touch $@

@@ -108,7 +108,10 @@ def lab(tmp_path_factory):
                 edl.attach(job["name"]).stop()
 
 
-@pytest.fixture(scope="session")
+# Playwright's sync API runs its event loop in this thread for as long as it is started,
+# and any asyncio code then finds that loop running: so it is started per module, not
+# per session, and has stopped before other tests (tests/server's Jupyter server) run.
+@pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium).")

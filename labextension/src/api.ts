@@ -1,0 +1,179 @@
+/**
+ * The client of the server extension's job API (elasticdl_nb/server/):
+ *
+ *     GET    {base}elasticdl/api/jobs[?namespace=NS]    the jobs
+ *     PATCH  {base}elasticdl/api/jobs/{name}           {"workers": N}: scale
+ *     DELETE {base}elasticdl/api/jobs/{name}           stop
+ *     GET    {base}elasticdl/api/jobs/{name}/logs      ?role=&index=&tail=
+ *
+ * Requests go through JupyterLab's `ServerConnection`, which adds the user's
+ * credentials and the XSRF token the state-changing calls need.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** The states a job goes through; a Kubernetes job found only in a namespace may be "ended". */
+export type JobState =
+  | 'starting'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'stopped'
+  | 'lost'
+  | 'ended'
+  | string;
+
+/** States after which nothing about the job changes any more. */
+export const FINAL_STATES: ReadonlySet<string> = new Set([
+  'succeeded',
+  'failed',
+  'stopped',
+  'lost',
+  'ended'
+]);
+
+/** How far the training has got. */
+export interface IJobProgress {
+  epoch: number;
+  epochs: number;
+  step: number;
+  /** Done, from 0 to 1. */
+  fraction: number;
+  records_per_second: number;
+}
+
+/** A job as the list shows it (`job_summary` in elasticdl_nb/server/summary.py). */
+export interface IJobSummary {
+  name: string;
+  backend: 'local' | 'kubernetes' | string;
+  state: JobState;
+  /** Why the job failed, if it did. */
+  error?: string;
+  /** What the job is waiting for (pending pods, a slow start), if anything. */
+  waiting?: string;
+  /** When the job was created, in Unix seconds. */
+  created?: number;
+  progress?: IJobProgress;
+  workers?: { live: number; desired: number };
+  ps?: number;
+  metrics?: Record<string, number>;
+  /** A Kubernetes job that only the namespace knows (another notebook started it). */
+  remote?: boolean;
+}
+
+/** The answer to a scale request. */
+export interface IScaleResult {
+  workers_from: number;
+  workers_to: number;
+}
+
+/** The roles whose logs can be read. */
+export type LogRole = 'master' | 'worker' | 'ps';
+
+/** A tail of one process's log. */
+export interface ILogs {
+  role: LogRole;
+  index: number;
+  text: string;
+}
+
+/** The server answered, with an error: `message` is its own explanation. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+/** The server could not be reached at all (stopped, restarting, network down). */
+export class UnreachableError extends Error {
+  constructor(message = 'server unreachable') {
+    super(message);
+    this.name = 'UnreachableError';
+  }
+}
+
+/** Talks to the job API of the Jupyter server this JupyterLab came from. */
+export class JobsClient {
+  constructor(
+    private readonly serverSettings: ServerConnection.ISettings = ServerConnection.makeSettings()
+  ) {}
+
+  /** Every job this machine knows, plus those of `namespace` when given. */
+  async listJobs(namespace = ''): Promise<IJobSummary[]> {
+    const query = namespace
+      ? `?namespace=${encodeURIComponent(namespace)}`
+      : '';
+    const reply = await this.request<{ jobs: IJobSummary[] }>('', query);
+    return reply.jobs;
+  }
+
+  /** Ask for `workers` workers; the job adds or removes them over the next seconds. */
+  scale(name: string, workers: number): Promise<IScaleResult> {
+    return this.request<IScaleResult>(jobPath(name), '', {
+      method: 'PATCH',
+      body: JSON.stringify({ workers })
+    });
+  }
+
+  /** Stop the job; resolves with its summary once it has stopped. */
+  stop(name: string): Promise<IJobSummary> {
+    return this.request<IJobSummary>(jobPath(name), '', { method: 'DELETE' });
+  }
+
+  /** The last `tail` lines of one process's log. */
+  logs(name: string, role: LogRole, index = 0, tail = 200): Promise<ILogs> {
+    const query = `?role=${role}&index=${index}&tail=${tail}`;
+    return this.request<ILogs>(`${jobPath(name)}/logs`, query);
+  }
+
+  private async request<T>(
+    path: string,
+    query: string,
+    init: RequestInit = {}
+  ): Promise<T> {
+    const url =
+      URLExt.join(this.serverSettings.baseUrl, 'elasticdl/api/jobs', path) +
+      query;
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        url,
+        init,
+        this.serverSettings
+      );
+    } catch (error) {
+      // fetch() itself failed: nobody answered
+      throw new UnreachableError((error as Error).message);
+    }
+    const text = await response.text();
+    let body: unknown = undefined;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      // a proxy's HTML error page, say: keep the status
+    }
+    if (
+      response.status === 502 ||
+      response.status === 503 ||
+      response.status === 504
+    ) {
+      throw new UnreachableError(`${response.status} ${response.statusText}`); // a proxy in front
+    }
+    if (!response.ok) {
+      const message =
+        (body as { message?: string } | undefined)?.message ||
+        `${response.status} ${response.statusText}`;
+      throw new ApiError(response.status, message);
+    }
+    return body as T;
+  }
+}
+
+/** The API path of one job (names are lowercase letters, digits and '-'). */
+function jobPath(name: string): string {
+  return encodeURIComponent(name);
+}
