@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -19,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHROMIUM = "/usr/bin/chromium"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,14 +44,25 @@ class Lab:
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
         kernel_choice = page.locator(".jp-Dialog .jp-mod-accept")
         idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-        deadline = time.monotonic() + 60
-        while not idle.count() and time.monotonic() < deadline:
+        # The first kernel of a fresh environment can take minutes to start (seen in CI):
+        # Run All before it is idle runs nothing at all, so wait, and say so if it never is.
+        deadline = time.monotonic() + 240
+        while not idle.count():
+            assert time.monotonic() < deadline, "the notebook's kernel never became idle"
             if kernel_choice.count():  # "Select Kernel": take the default, Python 3
                 kernel_choice.click()
             time.sleep(0.2)
-        page.locator(".jp-Notebook .jp-Cell").first.click()
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        started = page.locator(".jp-CodeCell .jp-InputPrompt", has_text=re.compile(r"\[[*0-9]"))
+        for _ in range(3):  # a Run All that the kernel missed is given again
+            page.locator(".jp-Notebook .jp-Cell").first.click()
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            try:
+                started.first.wait_for(timeout=30_000)
+                return
+            except PlaywrightTimeout:
+                continue
+        raise AssertionError("Run All Cells did not start the notebook's first cell")
 
 
 @pytest.fixture(scope="session")
