@@ -69,7 +69,15 @@ class JobSpec:
         choices=("local", "kubernetes"),
     )
     workers: int = _opt(2, "Number of worker processes.", minimum=1)
-    ps: int = _opt(1, "Number of parameter-server processes.", minimum=1)
+    strategy: str = _opt(
+        "ps",
+        "How workers share what they learn: 'ps' = parameter servers hold the model and "
+        "workers push gradients asynchronously; 'allreduce' = every worker holds a replica "
+        "and the group averages gradients each step (synchronous; survives failures "
+        "and grows in place, no PS).",
+        choices=("ps", "allreduce"),
+    )
+    ps: int = _opt(1, "Number of parameter-server processes (the 'ps' strategy only).", minimum=1)
     # Training.
     epochs: int = _opt(1, "Passes over the training data.", minimum=1)
     minibatch_size: int = _opt(64, "Records per gradient step.", minimum=1)
@@ -84,6 +92,14 @@ class JobSpec:
         "Send each step's gradients and the pull for the step after next while computing, "
         "so the PS works while the worker computes: faster, but gradients use parameters "
         "one update old (asynchronous SGD already tolerates such staleness).",
+    )
+    lr_scaling: str = _opt(
+        "none",
+        "Allreduce only: what happens to the learning rate when the group grows or "
+        "shrinks. Each step averages the gradients of one minibatch per member, so the "
+        "global batch is members x minibatch_size. 'none' keeps the optimizer's learning "
+        "rate; 'linear' multiplies it by members / workers (the linear scaling rule).",
+        choices=("none", "linear"),
     )
     # Fault tolerance.
     checkpoint_steps: int = _opt(
@@ -212,6 +228,11 @@ class JobSpec:
                 "e.g. model_def='mnist.custom_model'."
             )
         check_kubernetes_options(self)
+        if self.strategy == "allreduce" and self.overlap_communication:
+            raise SpecError(
+                "overlap_communication applies to the 'ps' strategy: allreduce steps are "
+                "synchronous. Drop overlap_communication or use strategy='ps'."
+            )
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}.")
 
@@ -223,6 +244,11 @@ class JobSpec:
     @classmethod
     def from_json(cls, text: str) -> JobSpec:
         return cls.from_options(**json.loads(text))
+
+    @property
+    def parameter_servers(self) -> int:
+        """How many PS processes the job runs: none with the allreduce strategy."""
+        return 0 if self.strategy == "allreduce" else self.ps
 
     @property
     def records_per_task(self) -> int:

@@ -45,12 +45,11 @@ def test_the_first_group_forms_with_everyone_and_a_late_joiner_gets_the_next_ver
     journal = Journal()
     coordinator = GroupCoordinator(3, journal)
     admitted = in_threads({w: (lambda w=w: coordinator.join(w, f"h:{w}", 10)) for w in range(3)})
-    assert {a.group.version for a in admitted.values()} == {1}
-    assert [w for w, _ in admitted[0].group.members] == [0, 1, 2]
-    assert all(a.state_from is None for a in admitted.values())
+    assert {a.version for a in admitted.values()} == {1}
+    assert [w for w, _ in admitted[0].members] == [0, 1, 2]
 
     late = coordinator.join(7, "h:7", 10)
-    assert late.group.version == 2 and late.state_from == 0
+    assert late.version == 2 and [w for w, _ in late.members] == [0, 1, 2, 7]
     assert coordinator.latest() == 2
     assert [(e["version"], e["joined"], e["reason"]) for _, e in journal.events] == [
         (1, [0, 1, 2], "formed"),
@@ -63,7 +62,7 @@ def test_the_first_group_forms_without_a_worker_that_never_comes():
     started = time.monotonic()
     admitted = in_threads({w: (lambda w=w: coordinator.join(w, f"h:{w}", 10)) for w in (0, 1)})
     assert time.monotonic() - started < 5
-    assert [w for w, _ in admitted[0].group.members] == [0, 1]
+    assert [w for w, _ in admitted[0].members] == [0, 1]
 
 
 def test_survivors_get_one_decision_without_waiting_for_the_dead():

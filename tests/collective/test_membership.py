@@ -69,3 +69,17 @@ def test_an_inconsistent_account_is_refused_rather_than_followed():
     membership.report(1, Report(0, 5, holds_result=True))
     with pytest.raises(AssertionError, match="more than one step apart"):
         membership.report(1, Report(1, 7, holds_result=True))
+
+
+def test_a_dead_member_blocks_growth_until_the_survivors_recover_and_joiners_come_along():
+    membership = Membership()
+    for w in (0, 1, 2):
+        membership.join(w, f"h:{w}")
+    membership.propose()
+    membership.dead(2)
+    membership.join(5, "h:5")
+    assert membership.propose() is None  # the recovery makes the next version
+    membership.report(1, Report(0, 9, True))
+    recovery = membership.report(1, Report(1, 9, True))
+    assert [w for w, _ in recovery.group.members] == [0, 1, 5]
+    assert recovery.lost == (2,) and recovery.group.version == 2

@@ -64,3 +64,13 @@ def test_requeued_runs_are_split_into_tasks_of_at_most_the_task_size():
     queue = _queue(records=(100,), per_task=2)
     tasks = queue.requeue_batches(0, 0, [0, 10, 20, 50, 90], "test")
     assert _ranges(tasks) == [(0, 0, 20), (0, 20, 30), (0, 50, 60), (0, 90, 100)]
+
+
+def test_a_minibatch_named_twice_in_one_report_counts_once():
+    # After an allreduce failure the master reports every survivor's account at once, and
+    # each survivor names the same minibatches.
+    queue = _queue()
+    queue.add_epoch(0)
+    task = queue.next_for(worker_id=7)
+    assert queue.report(task.task_id, [10, 0, 10, 0]) == [0, 10]
+    assert queue.done_count == 2

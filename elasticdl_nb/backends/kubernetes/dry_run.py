@@ -23,7 +23,7 @@ def job_manifests(spec: JobSpec, name: str, job_dir: Path) -> list[dict[str, Any
     for obj in objects[1:]:  # as submit() makes them: owned by the master pod
         obj["metadata"]["ownerReferences"] = [owner]
     addresses = m.Addresses.service_dns(spec, name)
-    for i in range(spec.ps):
+    for i in range(spec.parameter_servers):
         objects += [m.ps_pod(spec, name, i, owner, addresses), m.ps_service(spec, name, i, owner)]
     objects += [m.worker_pod(spec, name, i, owner, addresses) for i in range(spec.workers)]
     return objects

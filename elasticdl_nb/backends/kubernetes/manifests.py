@@ -105,7 +105,7 @@ class Addresses:
 
         return cls(
             dns(master_name(name), MASTER_PORT),
-            tuple(dns(pod_name(name, "ps", i), PS_PORT) for i in range(spec.ps)),
+            tuple(dns(pod_name(name, "ps", i), PS_PORT) for i in range(spec.parameter_servers)),
         )
 
 

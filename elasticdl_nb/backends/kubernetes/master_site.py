@@ -33,7 +33,7 @@ class KubernetesSite:
         self.address = f"{self._cluster_ip(m.master_service(spec, name))}:{m.MASTER_PORT}"
         ps = [
             f"{self._cluster_ip(m.ps_service(spec, name, i, self.owner))}:{m.PS_PORT}"
-            for i in range(spec.ps)
+            for i in range(spec.parameter_servers)
         ]
         self.addresses = m.Addresses(self.address, tuple(ps))
 

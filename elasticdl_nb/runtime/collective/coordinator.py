@@ -3,8 +3,9 @@
 
 - `join`: a worker enters with its ring address and waits until a group version holds
   it. The first version forms once the expected workers are all in (or `form_seconds`
-  after the first, with whoever came); later joiners make the next version at once, and
-  learn which member will send them the model and optimizer state (`state_from`).
+  after the first, with whoever came); later joiners make the next version at once.
+  (Who sends a new member the model is decided by the members themselves when they
+  switch: the first member of the new version that was in their old one.)
 - `latest`: the newest version; members pass it on through the ring (news) and switch
   together at a step boundary.
 - `report_lost`: after a PeerLost, a survivor's account; returns the one `Recovery` when
@@ -20,16 +21,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from elasticdl_nb.runtime.collective.membership import Membership, Recovery, Report
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost
-
-
-@dataclass(frozen=True)
-class Admission:
-    group: Group
-    state_from: int | None  # the member that sends this joiner the state (None: first group)
 
 
 class GroupCoordinator:
@@ -47,12 +41,11 @@ class GroupCoordinator:
         self._changed = threading.Condition()
         self._first_join: float | None = None
         self._first_report: dict[int, float] = {}  # version -> when its failure was reported
-        self._state_from: dict[int, int] = {}  # version -> the member that sends joiners state
         self._journaled: set[int] = set()  # versions made after a failure, journaled once
 
     # ------------------------------------------------------------------ joining
 
-    def join(self, worker: int, address: str, timeout: float) -> Admission:
+    def join(self, worker: int, address: str, timeout: float) -> Group:
         deadline = time.monotonic() + timeout
         with self._changed:
             self._membership.join(worker, address)
@@ -77,23 +70,21 @@ class GroupCoordinator:
         group = m.propose()
         if group is None:
             return
-        stays = [w for w, _ in group.members if w in old]
-        if stays:
-            self._state_from[group.version] = stays[0]
         members = [w for w, _ in group.members]
+        joined = [w for w in members if w not in old]
+        reason = "formed" if forming else "joined" if joined else "left"
         self._journal(
-            "group", version=group.version, members=members,
-            joined=[w for w in members if w not in old],
-            left=sorted(old - set(members)), reason="formed" if forming else "joined",
+            "group", version=group.version, members=members, joined=joined,
+            left=sorted(old - set(members)), reason=reason,
         )  # fmt: skip
         self._changed.notify_all()
 
-    def _admission(self, worker: int) -> Admission | None:
+    def _admission(self, worker: int) -> Group | None:
+        """The version `worker` was admitted to (the first that holds it), if any."""
         m = self._membership
-        for version in range(m.version, 0, -1):
-            group = m.groups[version]
-            if worker in {w for w, _ in group.members}:
-                return Admission(group, self._state_from.get(version))
+        for version in range(1, m.version + 1):
+            if worker in {w for w, _ in m.groups[version].members}:
+                return m.groups[version]
         return None
 
     # ------------------------------------------------------------------ reading
@@ -102,10 +93,15 @@ class GroupCoordinator:
         with self._changed:
             return self._membership.version
 
-    def group(self, version: int) -> tuple[Group, int | None]:
-        """A version's group, and the member that sends its joiners the state."""
+    def group(self, version: int = 0) -> Group:
+        """A version's group (0: the newest)."""
         with self._changed:
-            return self._membership.groups[version], self._state_from.get(version)
+            return self._membership.groups[version or self._membership.version]
+
+    def members(self) -> set[int]:
+        """The workers of the newest version."""
+        with self._changed:
+            return {w for w, _ in self._membership.current.members}
 
     # ------------------------------------------------------------------ failure
 

@@ -18,12 +18,13 @@ from elasticdl_nb.runtime.protocol.frames import recv_frame, send_frame
 
 def send_arrays(
     address: str, token: str, version: int, me: int, peer: int, arrays: list[np.ndarray],
-    timeout: float,
+    timeout: float, purpose: str = "handoff",
 ) -> None:  # fmt: skip
-    """Send `arrays` to member `peer` (listening at `address`) as `me` in `version`."""
+    """Send `arrays` to member `peer` (listening at `address`) as `me` in `version`.
+    `purpose`: "handoff" (the receiver names the sender) or "state" (it takes anyone's)."""
     arrays = [np.asarray(a, order="C") for a in arrays]  # (ascontiguousarray makes 0-d 1-d)
     layout = [[a.dtype.str, list(a.shape)] for a in arrays]
-    sock = connect(address, token, version, me, peer, timeout, purpose="handoff")
+    sock = connect(address, token, version, me, peer, timeout, purpose=purpose)
     try:
         send_frame(sock, json.dumps(layout).encode(), arrays)
     except OSError as exc:
@@ -36,7 +37,16 @@ def receive_arrays(
     listener: RingListener, version: int, source: int, timeout: float
 ) -> list[np.ndarray]:
     """The arrays member `source` sends this member in `version`."""
-    sock = listener.take(version, source, timeout, purpose="handoff")
+    return _read(listener.take(version, source, timeout, purpose="handoff"), source, timeout)
+
+
+def receive_state(listener: RingListener, timeout: float) -> tuple[int, list[np.ndarray]]:
+    """(version, arrays) of the first "state" handoff from any member."""
+    version, source, sock = listener.take_any("state", timeout)
+    return version, _read(sock, source, timeout)
+
+
+def _read(sock, source: int, timeout: float) -> list[np.ndarray]:
     try:
         _, message, buffers = recv_frame(sock, timeout, timeout)
     except OSError as exc:

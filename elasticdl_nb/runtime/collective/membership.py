@@ -69,9 +69,11 @@ class Membership:
 
     def propose(self) -> Group | None:
         """The next version if anyone joins or leaves (and no failure is being
-        settled), else None."""
+        settled: a dead member, or survivors reporting), else None."""
         if not (self._joining or self._leaving) or self._reports:
             return None
+        if any(w in self._dead for w, _ in self.current.members):
+            return None  # the survivors' recovery makes the next version
         members = [m for m in self.current.members if m[0] not in self._leaving]
         members += sorted(self._joining.items())
         self._joining.clear()
@@ -118,8 +120,16 @@ class Membership:
                    if reports[w].completed_step == step and reports[w].holds_result]  # fmt: skip
         if behind and not holders:
             raise AssertionError(f"step {step} was applied but no survivor holds its result")
+        # Workers admitted to a newer version that never started (or waiting to join)
+        # come along: they get the state from a survivor like any joiner.
+        survivor_ids = {w for w, _ in survivors}
+        joiners = [m for m in self.current.members
+                   if m[0] not in survivor_ids and m[0] not in self._dead
+                   and m[0] not in {w for w, _ in old}]  # fmt: skip
+        joiners += sorted(self._joining.items())
+        self._joining.clear()
         self._decided[version] = Recovery(
-            group=self._new_version(survivors),
+            group=self._new_version(survivors + joiners),
             step=step,
             source=holders[0] if behind else None,
             behind=behind,

@@ -96,6 +96,21 @@ class RingListener:
                 self._waiting.pop(old).close()
             return self._waiting.pop(key)
 
+    def take_any(self, purpose: str, timeout: float) -> tuple[int, int, socket.socket]:
+        """(version, worker, connection) of the first connection of `purpose` from
+        anyone: a joiner does not know who will send it the model, or for which version."""
+        with self._arrived:
+
+            def arrived():
+                return self._closed or any(k[2] == purpose for k in self._waiting)
+
+            if not self._arrived.wait_for(arrived, timeout):
+                raise PeerLost(None, f"no {purpose} connection within {timeout:g} s")
+            if self._closed:
+                raise PeerLost(None, "this member's listener is closed")
+            key = min(k for k in self._waiting if k[2] == purpose)
+            return key[0], key[1], self._waiting.pop(key)
+
     def close(self) -> None:
         with self._arrived:
             self._closed = True

@@ -69,7 +69,7 @@ def _site(spec: JobSpec, name: str, job_dir: Path):
         return KubernetesSite(spec, name)
     from elasticdl_nb.backends.local.master_site import LocalSite
 
-    return LocalSite(job_dir, spec.ps)
+    return LocalSite(job_dir, spec.parameter_servers)
 
 
 def main() -> None:
@@ -125,7 +125,7 @@ def main() -> None:
         launcher,
         journal,
         workers=spec.workers,
-        ps=spec.ps,
+        ps=spec.parameter_servers,
         max_worker_relaunches=spec.max_worker_relaunches,
         max_ps_relaunches=spec.max_ps_relaunches,
         on_worker_lost=master.worker_lost,

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.master.allreduce_group import AllreduceGroup
 from elasticdl_nb.runtime.master.instances import InstanceManager
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING, TaskQueue
@@ -105,6 +106,11 @@ class JobMaster:
         self._work = threading.Condition(self.lock)  # notified when tasks may be there
         self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
         self.finished = threading.Event()
+        self.group: AllreduceGroup | None = None
+        if spec.strategy == "allreduce":
+            self.group = AllreduceGroup(
+                spec.workers, journal.append, self.lock, self.queue, self._release, self.fail
+            )
 
     # ================================================================== RPC side
 
@@ -115,8 +121,15 @@ class JobMaster:
         deadline = time.monotonic() + wait_seconds
         with self.lock:
             while True:
-                if self.state in TERMINAL or not self.instances.takes_work(worker_id):
+                if self.state in TERMINAL:
                     return pb.Task(type=pb.FINISHED)
+                if not self.instances.takes_work(worker_id):
+                    if self.group is None:
+                        return pb.Task(type=pb.FINISHED)
+                    # An allreduce member leaves at a step boundary the group agrees on:
+                    # it gets no more work, and learns from the group when to go.
+                    self.group.retiring(worker_id)
+                    return pb.Task(type=pb.NONE, wait_seconds=0.5)
                 task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
                 if task is not None:
                     return task.to_message()
@@ -152,8 +165,16 @@ class JobMaster:
                 )
             if r.task_done:
                 self._task_done(r)
+            if r.HasField("settled"):
+                s = r.settled
+                self.journal.append(
+                    "group_settled", version=s.version, step=s.step,
+                    seconds=round(s.seconds, 6), cause=s.cause, worker=r.worker_id,
+                )  # fmt: skip
             self._wake.set()
-            stop = self.state in TERMINAL or not self.instances.takes_work(r.worker_id)
+            stop = self.state in TERMINAL
+            if self.group is None:  # (an allreduce member that retires leaves with the group)
+                stop = stop or not self.instances.takes_work(r.worker_id)
             return pb.ProgressResponse(stop=stop)
 
     @property
@@ -213,6 +234,12 @@ class JobMaster:
             self._wake.set()
 
     def worker_lost(self, worker_id: int) -> None:
+        with self.lock:
+            if self.group is None or self.group.worker_ended(worker_id):
+                self._release(worker_id)
+
+    def _release(self, worker_id: int) -> None:
+        """Give a lost worker's tasks back: what it had not reported goes to the queue."""
         with self.lock:
             for task, left in self.queue.release_worker(worker_id):
                 self.journal.append(
@@ -292,6 +319,8 @@ class JobMaster:
                 "ps": len(self.ps),
                 "instances": self.instances.table() if self.instances else [],
                 "metrics": self.last_metrics,
+                "strategy": self.spec.strategy,
+                **({"group": self.group.status()} if self.group else {}),
                 "events": len(self.journal),
                 "model_path": self.export_path if self.phase == FINISHING else "",
             }
@@ -315,6 +344,8 @@ class JobMaster:
         with self.lock:
             if self.state in TERMINAL or not all(self._ps_up):
                 return
+            if self.group:
+                self.group.overdue_releases()
             if self.epoch < 0:
                 self._start_epoch(0)
                 return
@@ -416,6 +447,9 @@ class JobMaster:
         whatever is missing: for an epoch whose tasks have all ended, every minibatch must
         be held; for the open epoch, every minibatch reported done (a PS restored from a
         checkpoint lost the newer ones). Returns False when a PS did not answer."""
+        if not self.ps:  # allreduce: the workers' reports are the record (see AllreduceGroup)
+            self.needs_reconcile = False
+            return True
         applied = self._applied_everywhere()
         if applied is None:
             return False
@@ -459,5 +493,6 @@ class JobMaster:
             if self.queue.training_pending():  # a PS lost work at the very end: redo it
                 self.phase = TRAINING_PHASE
                 return
-            self.journal.append("checkpoint", versions=versions, final=True)
+            if versions:
+                self.journal.append("checkpoint", versions=versions, final=True)
             self._end(SUCCEEDED, "all epochs done")

@@ -6,6 +6,7 @@ import json
 
 import grpc
 
+from elasticdl_nb.runtime.collective.ring import PeerLost
 from elasticdl_nb.runtime.master.job_master import JobMaster
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
@@ -45,3 +46,28 @@ class MasterService(rpc.MasterServicer):
     def Stop(self, request, context):
         self.master.stop(request.reason)
         return pb.JsonMessage(json=json.dumps({"state": self.master.state}))
+
+    # ------------------------------------------------------------------ allreduce group
+
+    def _group(self, context):
+        if self.master.group is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not an allreduce job")
+        return self.master.group
+
+    def JoinGroup(self, request, context):
+        group = self._group(context)
+        if not self.master.instances.takes_work(request.worker_id):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker is not wanted")
+        try:
+            return group.join(request.worker_id, request.address)
+        except PeerLost as exc:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+
+    def GetGroup(self, request, context):
+        return self._group(context).get(request.version)
+
+    def ReportLost(self, request, context):
+        try:
+            return self._group(context).report_lost(request)
+        except PeerLost as exc:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))

@@ -154,7 +154,7 @@ class TaskQueue:
         if task.kind != TRAINING:
             return []
         done = self.done[(task.epoch, task.source)]
-        fresh = [s for s in starts if s not in done]
+        fresh = sorted(set(starts) - done)  # (one report may name a minibatch twice)
         done.update(fresh)
         self.done_count += len(fresh)
         assignment.done_starts.update(starts)

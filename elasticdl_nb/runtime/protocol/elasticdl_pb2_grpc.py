@@ -69,6 +69,21 @@ class MasterStub:
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.StopRequest.SerializeToString,
                 response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
                 _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/elasticdl_nb.Master/JoinGroup',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JoinRequest.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupInfo.FromString,
+                _registered_method=True)
+        self.GetGroup = channel.unary_unary(
+                '/elasticdl_nb.Master/GetGroup',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupRequest.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupInfo.FromString,
+                _registered_method=True)
+        self.ReportLost = channel.unary_unary(
+                '/elasticdl_nb.Master/ReportLost',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.LostReport.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.RecoveryPlan.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -116,6 +131,24 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportLost(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +186,21 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.Stop,
                     request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.StopRequest.FromString,
                     response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JoinRequest.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupInfo.SerializeToString,
+            ),
+            'GetGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroup,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupRequest.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupInfo.SerializeToString,
+            ),
+            'ReportLost': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportLost,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.LostReport.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.RecoveryPlan.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +392,87 @@ class Master:
             '/elasticdl_nb.Master/Stop',
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.StopRequest.SerializeToString,
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.Master/JoinGroup',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JoinRequest.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.Master/GetGroup',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupRequest.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.GroupInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportLost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.Master/ReportLost',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.LostReport.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.RecoveryPlan.FromString,
             options,
             channel_credentials,
             insecure,

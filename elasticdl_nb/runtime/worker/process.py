@@ -10,6 +10,7 @@ process with exit code 3; anything else exits non-zero and the master relaunches
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -39,14 +40,36 @@ def main() -> None:
     from elasticdl_nb.runtime.worker.trainer import Trainer, UserCodeError
 
     try:
-        trainer = Trainer(env, worker_id, reporter)
-        _serve(master, worker_id, trainer, reporter)
+        if json.loads(env.spec_path.read_text()).get("strategy") == "allreduce":
+            _allreduce(env, worker_id, master, reporter)
+        else:
+            trainer = Trainer(env, worker_id, reporter)
+            _serve(master, worker_id, trainer, reporter)
     except UserCodeError as exc:
         log.error("user code failed: %s", exc)
         reporter.error(str(exc), user_code=True)
         sys.exit(USER_CODE_EXIT)
     reporter.close()
     log.info("worker %d done", worker_id)
+
+
+def _allreduce(env: ProcessEnv, worker_id: int, master, reporter: Reporter) -> None:
+    """A member of the allreduce group (lockstep.py). Failures of the group's transport or
+    of the master end the process non-zero (the master relaunches it); anything else
+    is the model's or the data's."""
+    import grpc
+
+    from elasticdl_nb.runtime.collective.ring import PeerLost
+    from elasticdl_nb.runtime.worker.lockstep import Lockstep
+    from elasticdl_nb.runtime.worker.trainer import user_code_error
+
+    try:
+        lockstep = Lockstep(env, worker_id, master, reporter)
+        lockstep.run()
+    except (PeerLost, grpc.RpcError, SystemExit):
+        raise
+    except Exception as exc:
+        raise user_code_error(exc) from exc
 
 
 def _serve(master, worker_id: int, trainer, reporter: Reporter) -> None:

@@ -11,6 +11,8 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 
 log = logging.getLogger("elasticdl_nb.worker")
 
+NO_TASK = -1  # the task id of a report about no task (an allreduce step's loss, ...)
+
 
 class Reporter:
     def __init__(self, master: rpc.MasterStub, worker_id: int, interval: float = 0.2):
@@ -39,6 +41,24 @@ class Reporter:
             report.batch_starts.append(start)
             report.losses.add(loss=loss)
             report.ps_versions[:] = ps_versions
+
+    def applied(self, task_id: int, starts: list[int]) -> None:
+        """Allreduce: minibatches of a task (any member's) the whole group applied."""
+        with self._lock:
+            self._report(task_id).batch_starts.extend(starts)
+
+    def step_loss(self, loss: float) -> None:
+        """Allreduce: the loss of one step of the group (one member reports it)."""
+        with self._lock:
+            self._report(NO_TASK).losses.add(loss=loss)
+
+    def settled(self, version: int, step: int, seconds: float, cause: str) -> None:
+        """Allreduce: the group's first step in a new version, `seconds` after the change."""
+        with self._lock:
+            self._report(NO_TASK).settled.CopyFrom(
+                pb.GroupSettled(version=version, step=step, seconds=seconds, cause=cause)
+            )
+        self._send_soon.set()
 
     def task_done(
         self,

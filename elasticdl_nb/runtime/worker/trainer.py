@@ -36,7 +36,7 @@ class UserCodeError(RuntimeError):
     """The model, its functions or the data failed; retrying elsewhere will not help."""
 
 
-def _user_code_error(exc: BaseException) -> UserCodeError:
+def user_code_error(exc: BaseException) -> UserCodeError:
     import traceback
 
     return UserCodeError("".join(traceback.format_exception(exc)).strip())
@@ -62,7 +62,7 @@ class Trainer:
             contract = load_bundle(env.bundle_dir)
             self.runner = ModelRunner(contract)
         except Exception as exc:
-            raise _user_code_error(exc) from exc
+            raise user_code_error(exc) from exc
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
         self.ps = PsClient(env.ps_addrs, env.token)
@@ -81,7 +81,7 @@ class Trainer:
         except (grpc.RpcError, PsUnavailable):
             raise  # infrastructure: exit non-zero, the master relaunches us
         except (DataError, Exception) as exc:
-            raise _user_code_error(exc) from exc
+            raise user_code_error(exc) from exc
 
     def _ensure_built(self, features) -> None:
         if self.runner.built:

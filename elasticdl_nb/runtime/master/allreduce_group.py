@@ -1,0 +1,143 @@
+"""The master's part in an allreduce job: the group's versions, and what a failure or a
+retirement means for the task queue.
+
+The workers reduce among themselves (runtime/collective/ring.py); the master keeps who
+is in the group (`GroupCoordinator`) and makes sure that records are applied exactly
+once across a change:
+
+- A member reports a step's minibatches only once the next step has completed, when
+  every member is known to have applied it. So a dead member's reports are always
+  true, but a survivor may hold minibatches it applied and has not reported yet: it
+  sends them with its `ReportLost`.
+- A member that dies is therefore not released at once (its unreported minibatches
+  would go back to the queue and be applied twice): the release waits for the
+  survivors' recovery, which first marks done every minibatch of a step the survivors
+  end up applying, then gives the rest of the dead member's tasks back.
+- A member with no survivors to speak for it cannot recover: every replica is lost, and
+  the job fails saying so (the allreduce strategy keeps the model only in live workers).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from elasticdl_nb.runtime.collective.coordinator import GroupCoordinator
+from elasticdl_nb.runtime.collective.membership import Recovery, Report
+from elasticdl_nb.runtime.collective.ring import Group
+from elasticdl_nb.runtime.master.tasks import TaskQueue
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+
+log = logging.getLogger("elasticdl_nb.master")
+
+JOIN_TIMEOUT = 300.0  # a joiner waits this long for a version (a failure may be settling)
+AGREE_TIMEOUT = 60.0
+RELEASE_AFTER = 60.0  # a dead member nobody recovers from is released after this
+
+
+def group_message(group: Group) -> pb.GroupInfo:
+    return pb.GroupInfo(
+        version=group.version,
+        members=[pb.GroupMember(worker=w, address=a) for w, a in group.members],
+        state_from=-1,
+    )
+
+
+class AllreduceGroup:
+    def __init__(
+        self,
+        expected_workers: int,
+        journal: Callable[..., object],
+        lock: threading.RLock,
+        queue: TaskQueue,
+        release: Callable[[int], None],
+        fail: Callable[[str], None],
+    ):
+        self.coordinator = GroupCoordinator(expected_workers, journal)
+        self._lock, self._queue = lock, queue  # the master's lock guards the queue
+        self._release, self._fail = release, fail
+        self._deferred: dict[int, float] = {}  # dead member -> when it died
+        self._unreported: dict[int, list[pb.StepMinibatch]] = defaultdict(list)
+        self._recovered: set[int] = set()  # versions whose recovery was carried out
+
+    # ------------------------------------------------------------------ RPCs
+
+    def join(self, worker: int, address: str) -> pb.GroupInfo:
+        return group_message(self.coordinator.join(worker, address, JOIN_TIMEOUT))
+
+    def get(self, version: int) -> pb.GroupInfo:
+        return group_message(self.coordinator.group(version))
+
+    def report_lost(self, r: pb.LostReport) -> pb.RecoveryPlan:
+        with self._lock:
+            self._unreported[r.version].extend(r.unreported)
+        report = Report(r.worker_id, r.completed_step, r.holds_result)
+        recovery = self.coordinator.report_lost(r.version, report, AGREE_TIMEOUT)
+        with self._lock:
+            if r.version not in self._recovered:
+                self._recovered.add(r.version)
+                self._carry_out(r.version, recovery)
+        return pb.RecoveryPlan(
+            group=group_message(recovery.group),
+            step=recovery.step,
+            source=-1 if recovery.source is None else recovery.source,
+            behind=list(recovery.behind),
+            lost=list(recovery.lost),
+        )
+
+    def _carry_out(self, version: int, recovery: Recovery) -> None:
+        """Under the master's lock, once per broken version: what the survivors applied
+        is done; the rest of the lost members' tasks goes back to the queue."""
+        applied: dict[int, list[int]] = defaultdict(list)
+        for m in self._unreported.pop(version, []):
+            if m.step <= recovery.step:
+                applied[m.task_id].append(m.start)
+        for task_id, starts in applied.items():
+            self._queue.report(task_id, starts)
+        for worker in recovery.lost:
+            self._deferred.pop(worker, None)
+            self._release(worker)
+
+    # ------------------------------------------------------------------ instance events
+
+    def worker_ended(self, worker: int) -> bool:
+        """A worker process ended (under the master's lock). Returns whether its tasks
+        may be released now; otherwise the survivors' recovery releases them."""
+        members = self.coordinator.members()
+        self.coordinator.dead(worker)
+        if worker not in members:
+            return True  # never admitted, or it left the group before it ended
+        if not members - {worker} - set(self._deferred):
+            self._fail(
+                f"worker {worker} ended and no other member of the allreduce group is alive: "
+                "every replica of the model is lost (the allreduce strategy keeps the model "
+                "only in live workers). Use strategy='ps' for checkpointed training."
+            )
+            return True
+        self._deferred[worker] = time.monotonic()
+        return False
+
+    def retiring(self, worker: int) -> None:
+        """A worker the master scales away leaves at the group's next version."""
+        if worker in self.coordinator.members():
+            self.coordinator.leave(worker)
+
+    def overdue_releases(self) -> None:
+        """Release dead members no survivor has recovered from in `RELEASE_AFTER`
+        seconds (under the master's lock): their tasks must not be stuck for good."""
+        now = time.monotonic()
+        for worker, died in list(self._deferred.items()):
+            if now - died > RELEASE_AFTER:
+                log.warning("no recovery from worker %d's end; releasing its tasks", worker)
+                del self._deferred[worker]
+                self._release(worker)
+
+    def status(self) -> dict:
+        try:
+            group = self.coordinator.group()
+        except KeyError:
+            return {"version": 0, "members": []}
+        return {"version": group.version, "members": [w for w, _ in group.members]}

@@ -1,0 +1,457 @@
+"""An allreduce worker: synchronous steps with the other members of the group, which
+shrinks on a failure and grows on a join without anyone restarting.
+
+A step: take this member's next minibatch (or none), compute its gradients, then one
+ring allreduce of [gradients × records, the step's table]. The table has a row per rank
+(`Row`): which minibatch the rank contributed (task, epoch, source, start), its record
+count and loss, the newest group version it heard of, whether it heard the job is over,
+and whether it is about to evaluate or export (a slow step). Everyone gets the same sums,
+so everyone applies the same update, keeps the same ledger of applied minibatches, and
+makes the same decisions after the step: switch to a newer version, stop, or wait longer
+for the next step.
+
+After a `PeerLost` the member reports to the master and gets the `Recovery` every
+survivor gets (runtime/collective/membership.py): the one step behind receive that
+step's sums from the source and apply them, then all continue in the new ring; the
+minibatch of a step that did not complete is trained again.
+
+A step's minibatches are reported to the master once the next step has completed (then
+every member has applied it); see runtime/master/allreduce_group.py for why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from elasticdl_nb.model import load_bundle
+from elasticdl_nb.model.contract import Mode
+from elasticdl_nb.runtime.collective.handoff import receive_arrays, receive_state, send_arrays
+from elasticdl_nb.runtime.collective.ring import Group, PeerLost, Ring, RingListener
+from elasticdl_nb.runtime.process_env import ProcessEnv
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.tensors import to_tensor
+from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
+from elasticdl_nb.runtime.worker.replica import Replica
+from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
+from elasticdl_nb.runtime.worker.reporter import Reporter
+from elasticdl_nb.runtime.worker.task_feed import TaskFeed
+from elasticdl_nb.spec import JobSpec
+
+log = logging.getLogger("elasticdl_nb.worker")
+
+
+class Row:
+    """The columns of one rank's row in a step's table (float32: ids split in 16 bits)."""
+
+    PRESENT, EPOCH, SOURCE, START_HI, START_LO, TASK_HI, TASK_LO = range(7)
+    COUNT, LOSS, VERSION, FINISHED, SLOW = range(7, 12)
+    WIDTH = 12
+
+
+def _split16(value: int) -> tuple[int, int]:
+    return value >> 16, value & 0xFFFF
+
+
+def _join16(hi: float, lo: float) -> int:
+    return (int(hi) << 16) | int(lo)
+
+
+# How long a member waits for a neighbour's data before it counts the neighbour as hung
+# (a dead one is noticed at once: its connections reset). Tied to the observed step time.
+DEADLINE_STEPS, DEADLINE_FLOOR = 25, 2.0
+SLOW_STEP_SECONDS = 300.0  # a step after which someone evaluates, exports, or joins
+RING_TIMEOUT = 5.0  # to connect a new ring (everyone is at the same step boundary)
+JOIN_STATE_TIMEOUT = 300.0  # a joiner waits this long for the model
+
+
+@dataclass
+class Minibatch:
+    task: pb.Task
+    batch: Batch
+    last_of_task: bool
+
+
+@dataclass
+class StepRecord:
+    """A completed step, until it is reported to the master."""
+
+    step: int
+    minibatches: list[tuple[int, int]]  # (task id, start) of every rank's minibatch
+    loss: float | None
+    tasks_done: list[tuple[pb.Task, pb.TaskTiming]] = field(default_factory=list)
+
+
+class Lockstep:
+    def __init__(self, env: ProcessEnv, worker_id: int, master: rpc.MasterStub, reporter: Reporter):
+        self.env, self.me, self.master, self.reporter = env, worker_id, master, reporter
+        self.spec = JobSpec.from_json(env.spec_path.read_text())
+        contract = load_bundle(env.bundle_dir)
+        self.replica = Replica(contract)
+        sources = env.load_sources()
+        self.train_batches = BatchMaker(sources["train"], contract, self.spec)
+        self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
+        self.listener = RingListener(env.bind_host or "127.0.0.1", env.token)
+        self.step = 0  # the last step this replica applied
+        self.group: Group | None = None
+        self.ring: Ring | None = None
+        self.held: tuple[int, np.ndarray, np.ndarray] | None = None  # last step's sums
+        self.unreported: deque[StepRecord] = deque()
+        self.step_seconds: deque[float] = deque(maxlen=50)
+        self._latest = 0  # the newest group version the master has
+        self._slow_next = True  # the first step of a ring waits long (tracing, joiners)
+        self._minibatches: Iterator[Minibatch] | None = None
+        self._pending: Minibatch | None = None  # taken for a step that has not completed
+        self._special: pb.Task | None = None  # an evaluation or export, after this step
+        self._task_timing: dict[int, pb.TaskTiming] = {}
+        self._zeros: np.ndarray | None = None
+        self._change: tuple[float, str] | None = None  # (since, cause) until a step settles
+        self._closed = threading.Event()
+        self.feed: TaskFeed | None = None
+        self.records = ReplicaRecords(env.job_dir, worker_id)
+
+    # ================================================================== the loop
+
+    def run(self) -> None:
+        self._build()
+        info = self.master.JoinGroup(
+            pb.JoinRequest(worker_id=self.me, address=self.listener.address), timeout=600
+        )
+        group = _group(info)
+        self._change = (time.monotonic(), "formed" if group.version == 1 else "joined")
+        if group.version == 1 and group.members[0][0] == self.me:
+            self._send_state(group, old_members={self.me})  # the first group starts from us
+        else:
+            self._receive_state()
+            group = _group(self.master.GetGroup(pb.GroupRequest(version=self._state_version)))
+        self._connect(group)
+        self._record("entered")
+        self.feed = TaskFeed(self.master, self.me)
+        threading.Thread(target=self._poll_versions, daemon=True, name="group-poll").start()
+        try:
+            self._steps()
+        finally:
+            self._closed.set()
+            self.feed.close()
+            if self.ring:
+                self.ring.close()
+
+    def _steps(self) -> None:
+        while True:
+            mb = self._pending or self._take_minibatch()
+            self._pending = mb
+            try:
+                table = self._one_step(mb)
+            except PeerLost as exc:
+                self._recover(exc)
+                continue
+            self._minibatch_applied()
+            self._report_settled()
+            if table[:, Row.FINISHED].max() > 0:
+                self._finish("the job is over")
+                return
+            if self._special is not None:
+                task, self._special = self._special, None
+                self._run_special(task)
+            newest = int(table[:, Row.VERSION].max())
+            if newest > self.group.version:
+                if not self._switch(newest):
+                    return  # this member left the group
+            elif table[:, Row.COUNT].sum() == 0:
+                time.sleep(0.02)  # nobody had work: the master is between epochs
+
+    # ================================================================== one step
+
+    def _take_minibatch(self) -> Minibatch | None:
+        """This member's next minibatch, or None; an evaluation or export task is kept
+        for after the step (and the step tells the group it will be slow)."""
+        while self._special is None:
+            if self._minibatches is None:
+                task = self.feed.next()
+                if task is None:
+                    return None
+                if task.type != pb.TRAINING:
+                    self._special = task
+                    return None
+                self._minibatches = self._training(task)
+            mb = next(self._minibatches, None)
+            if mb is not None:
+                return mb
+            self._minibatches = None
+        return None
+
+    def _training(self, task: pb.Task) -> Iterator[Minibatch]:
+        r = task.range
+        batches = self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING)
+        self._task_timing[task.task_id] = pb.TaskTiming()
+        batch = next(batches, None)
+        while batch is not None:
+            following = next(batches, None)
+            yield Minibatch(task, batch, following is None)
+            batch = following
+
+    def _one_step(self, mb: Minibatch | None) -> np.ndarray:
+        group, step = self.group, self.step + 1
+        t0 = time.perf_counter()
+        table = np.zeros((group.size, Row.WIDTH), np.float32)
+        row = table[group.rank_of(self.me)]
+        if mb is None:
+            if self._zeros is None:
+                self._zeros = np.zeros(self.replica.size, np.float32)
+            grads = self._zeros
+        else:
+            loss, grads = self.replica.gradients(mb.batch.features, mb.batch.labels)
+            count = len(np.asarray(mb.batch.labels))
+            row[Row.PRESENT], row[Row.EPOCH], row[Row.SOURCE] = 1, mb.task.epoch, mb.batch.source
+            row[Row.START_HI], row[Row.START_LO] = _split16(mb.batch.start)
+            row[Row.TASK_HI], row[Row.TASK_LO] = _split16(mb.task.task_id)
+            row[Row.COUNT], row[Row.LOSS] = count, loss * count
+        t1 = time.perf_counter()
+        row[Row.VERSION] = self._latest
+        row[Row.FINISHED] = float(self.feed.finished.is_set() and mb is None)
+        row[Row.SLOW] = float(self._special is not None)
+        timeout = self._deadline()
+        summed, table = self.ring.allreduce([grads, table], step, timeout)
+        t2 = time.perf_counter()
+        if mb is not None:  # (compute: the gradients; wait: the allreduce)
+            timing = self._task_timing[mb.task.task_id]
+            timing.minibatches += 1
+            timing.compute_seconds += t1 - t0
+            timing.wait_seconds += t2 - t1
+            timing.task_seconds += t2 - t0
+        self._apply(step, summed, table, mb)
+        self._slow_next = table[:, Row.SLOW].max() > 0
+        if table[:, Row.COUNT].sum() > 0:
+            self.step_seconds.append(t2 - t0)
+        return table
+
+    def _deadline(self) -> float:
+        if self._slow_next or len(self.step_seconds) < 5:
+            return SLOW_STEP_SECONDS
+        return max(DEADLINE_FLOOR, DEADLINE_STEPS * statistics.median(self.step_seconds))
+
+    def _apply(
+        self, step: int, summed: np.ndarray, table: np.ndarray, mb: Minibatch | None
+    ) -> None:
+        """The group's update for `step`, the same on every replica, exactly once; `mb`:
+        this member's minibatch in it."""
+        records = float(table[:, Row.COUNT].sum())
+        if records > 0:
+            self.replica.apply(summed / records)
+        self.step = step
+        self.held = (step, summed, table)
+        present = table[table[:, Row.PRESENT] > 0]
+        minibatches = [
+            (_join16(r[Row.TASK_HI], r[Row.TASK_LO]), _join16(r[Row.START_HI], r[Row.START_LO]))
+            for r in present
+        ]
+        self.records.applied(  # every replica keeps the whole ledger
+            step, [(int(r[Row.EPOCH]), int(r[Row.SOURCE]), start) for r, (_, start)
+                   in zip(present, minibatches)]
+        )  # fmt: skip
+        loss = float(table[:, Row.LOSS].sum() / records) if records > 0 else None
+        record = StepRecord(step, minibatches, loss)
+        if mb is not None and mb.last_of_task:
+            record.tasks_done.append((mb.task, self._task_timing.pop(mb.task.task_id)))
+        self.unreported.append(record)
+        self._report_through(step - 1)
+
+    def _minibatch_applied(self) -> None:
+        """The pending minibatch is in an applied step: take the next one next time."""
+        if self._pending is not None and self._pending.last_of_task:
+            self._minibatches = None
+        self._pending = None
+
+    # ================================================================== reports
+
+    def _report_through(self, step: int) -> None:
+        """Tell the master about every step up to `step` (all members applied them)."""
+        first = self.group.members[0][0] == self.me  # one member reports the loss
+        while self.unreported and self.unreported[0].step <= step:
+            record = self.unreported.popleft()
+            by_task: dict[int, list[int]] = {}
+            for task_id, start in record.minibatches:
+                by_task.setdefault(task_id, []).append(start)
+            for task_id, starts in by_task.items():
+                self.reporter.applied(task_id, starts)
+            if first and record.loss is not None:
+                self.reporter.step_loss(record.loss)
+            for task, timing in record.tasks_done:
+                self.reporter.task_done(task.task_id, timing=timing, wait=False)
+
+    def _report_settled(self) -> None:
+        if self._change is not None:
+            since, cause = self._change
+            self._change = None
+            if self.group.members[0][0] == self.me:
+                self.reporter.settled(
+                    self.group.version, self.step, time.monotonic() - since, cause
+                )
+                log.info(
+                    "group %d (%s) settled: step %d, %.3f s after the change",
+                    self.group.version, cause, self.step, time.monotonic() - since,
+                )  # fmt: skip
+
+    # ================================================================== group changes
+
+    def _poll_versions(self) -> None:
+        while not self._closed.wait(0.1):
+            try:
+                self._latest = self.master.GetGroup(pb.GroupRequest(), timeout=5).version
+            except Exception:  # noqa: BLE001 - the step loop notices a master that is gone
+                pass
+
+    def _connect(self, group: Group) -> None:
+        if self.ring is not None:
+            self.ring.close()
+        self.ring = None
+        self.group = group
+        self.ring = Ring(group, self.me, self.listener, self.env.token, RING_TIMEOUT)
+        self._slow_next = True
+        self._scale_learning_rate()
+
+    def _switch(self, version: int) -> bool:
+        """Move to group `version` after the step all members just completed; False if
+        this member is not in it (it leaves)."""
+        old = self.group
+        new = _group(self.master.GetGroup(pb.GroupRequest(version=version), timeout=30))
+        old_ids, new_ids = {w for w, _ in old.members}, {w for w, _ in new.members}
+        self._change = (time.monotonic(), "joined" if new_ids - old_ids else "left")
+        if self.me not in new_ids:
+            self._report_through(self.step)
+            self._finish(f"left the group at version {version}")
+            return False
+        try:
+            self._send_state(new, old_ids)
+            self._connect(new)
+        except PeerLost as exc:
+            self._recover(exc)
+            return True
+        self._record("switched")
+        return True
+
+    def _send_state(self, group: Group, old_members: set[int]) -> None:
+        """If this member is the first of `group` that was in `old_members`, send the
+        replica to every member of `group` that was not."""
+        carriers = [w for w, _ in group.members if w in old_members]
+        if not carriers or carriers[0] != self.me:
+            return
+        state = [np.array(self.step, np.int64), *self.replica.state()]
+        for worker, address in group.members:
+            if worker not in old_members:
+                send_arrays(
+                    address, self.env.token, group.version, self.me, worker, state,
+                    RING_TIMEOUT, purpose="state",
+                )  # fmt: skip
+                log.info("sent the model (step %d) to worker %d", self.step, worker)
+
+    def _receive_state(self) -> None:
+        self._state_version, arrays = receive_state(self.listener, JOIN_STATE_TIMEOUT)
+        self.step = int(arrays[0])
+        self.replica.set_state(arrays[1:])
+        log.info("got the model at step %d for group %d", self.step, self._state_version)
+
+    def _recover(self, lost: PeerLost) -> None:
+        """Agree on the survivors with the master, bring this replica to the agreed step,
+        and connect the new ring."""
+        since = time.monotonic()
+        log.warning("group %d broke at step %d: %s", self.group.version, self.step + 1, lost)
+        if self.ring:
+            self.ring.close()
+        self.reporter.flush()  # the master has everything reported before it decides
+        unreported = [
+            pb.StepMinibatch(step=r.step, task_id=t, start=s)
+            for r in self.unreported
+            for t, s in r.minibatches
+        ]
+        plan = self.master.ReportLost(
+            pb.LostReport(
+                worker_id=self.me, version=self.group.version, completed_step=self.step,
+                holds_result=self.held is not None and self.held[0] == self.step,
+                unreported=unreported,
+            ),
+            timeout=120,
+        )  # fmt: skip
+        new = _group(plan.group)
+        if self.me not in {w for w, _ in new.members}:
+            raise SystemExit(f"worker {self.me} is out of the group after a failure")
+        if self.me in plan.behind:
+            # The step that broke here completed elsewhere, with this member's minibatch.
+            step, summed, table = self._receive_result(plan, new)
+            self._apply(step, summed, table, self._pending)
+            self._minibatch_applied()
+        elif self.me == plan.source:
+            step, summed, table = self.held
+            for worker in plan.behind:
+                address = dict(new.members)[worker]
+                send_arrays(
+                    address, self.env.token, new.version, self.me, worker,
+                    [np.array([step]), summed, table], RING_TIMEOUT,
+                )  # fmt: skip
+        self._report_through(plan.step)
+        old_ids = {w for w, _ in self.group.members}
+        self._change = (since, "failure")
+        self._send_state(new, old_ids)
+        self._connect(new)
+        self._record("recovered")
+
+    def _receive_result(self, plan: pb.RecoveryPlan, new: Group):
+        arrays = receive_arrays(self.listener, new.version, plan.source, RING_TIMEOUT * 4)
+        step, summed, table = int(arrays[0][0]), arrays[1], arrays[2]
+        if step != plan.step or step != self.step + 1:
+            raise RuntimeError(f"recovery sent step {step}; expected {plan.step}")
+        return step, summed, table
+
+    def _scale_learning_rate(self) -> None:
+        if self.spec.lr_scaling == "linear":
+            self.replica.scale_learning_rate(self.group.size / self.spec.workers)
+
+    # ================================================================== tasks between steps
+
+    def _run_special(self, task: pb.Task) -> None:
+        if task.type == pb.EVALUATION:
+            r = task.range
+            for batch in self.eval_batches.batches(r.source, r.start, r.end, Mode.EVALUATION):
+                self.replica.eval_step(batch.features, batch.labels)
+            states = [
+                pb.MetricState(name=name, variables=[to_tensor(v) for v in values])
+                for name, values in self.replica.take_metric_states().items()
+            ]
+            self.reporter.task_done(task.task_id, states, wait=False)
+        elif task.type == pb.EXPORT:
+            path = Path(task.export_path)
+            partial = path.with_name(f"partial-{self.me}-{path.name}")
+            self.replica.model.save(partial)
+            os.replace(partial, path)
+            self.replica.model.save_weights(path.with_name("model.weights.h5"))
+            log.info("exported the model to %s", path)
+            self.reporter.task_done(task.task_id, wait=False)
+
+    # ================================================================== start and end
+
+    def _build(self) -> None:
+        self.replica.build(first_batch(self.train_batches, Mode.TRAINING).features)
+
+    def _record(self, event: str) -> None:
+        """The replica's checksum at this step, for comparing replicas across workers."""
+        self.records.checksum(event, self.group.version, self.step, self.replica.checksum())
+
+    def _finish(self, why: str) -> None:
+        self._report_through(self.step)
+        self._record("end")
+        self.reporter.flush()
+        log.info("worker %d stops at step %d: %s", self.me, self.step, why)
+
+
+def _group(info: pb.GroupInfo) -> Group:
+    return Group(info.version, tuple((m.worker, m.address) for m in info.members))

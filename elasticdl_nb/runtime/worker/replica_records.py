@@ -1,0 +1,100 @@
+"""What each allreduce replica writes down, and the check that they all agree.
+
+Every member appends to two files in the job's `replicas/` directory:
+- `worker-N.ledger`: a line "step epoch source start" per minibatch of every step it
+  applied (every member's: the minibatch ids ride the allreduce);
+- `worker-N.jsonl`: its state's checksum (SHA-256 of weights and optimizer slots) when
+  it enters the group, after every switch or recovery, and at its end.
+
+`replica_problems` reads them back: replicas with a checksum at the same step must be
+identical, ledgers must agree step by step, and over the whole job every minibatch of
+every epoch must be applied exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+Minibatch = tuple[int, int, int]  # (epoch, source, start)
+
+
+class ReplicaRecords:
+    """One member's writer."""
+
+    def __init__(self, job_dir: Path, worker: int):
+        directory = job_dir / "replicas"
+        directory.mkdir(exist_ok=True)
+        self.worker = worker
+        self._ledger = open(directory / f"worker-{worker}.ledger", "a", buffering=1)  # noqa: SIM115
+        self._checksums = directory / f"worker-{worker}.jsonl"
+
+    def applied(self, step: int, minibatches: list[Minibatch]) -> None:
+        self._ledger.write("".join(f"{step} {e} {s} {b}\n" for e, s, b in minibatches))
+
+    def checksum(self, event: str, version: int, step: int, checksum: str) -> None:
+        line = {
+            "event": event, "worker": self.worker, "pid": os.getpid(), "version": version,
+            "step": step, "checksum": checksum, "time": time.time(),
+        }  # fmt: skip
+        with open(self._checksums, "a") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+def read_checksums(job_dir: Path) -> list[dict]:
+    lines = []
+    for path in sorted((job_dir / "replicas").glob("worker-*.jsonl")):
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return lines
+
+
+def read_ledgers(job_dir: Path) -> dict[int, dict[int, list[Minibatch]]]:
+    """worker -> step -> the minibatches that step applied."""
+    ledgers: dict[int, dict[int, list[Minibatch]]] = {}
+    for path in sorted((job_dir / "replicas").glob("worker-*.ledger")):
+        steps: dict[int, list[Minibatch]] = defaultdict(list)
+        for line in path.read_text().splitlines():
+            step, epoch, source, start = map(int, line.split())
+            steps[step].append((epoch, source, start))
+        ledgers[int(path.stem.split("-")[1])] = steps
+    return ledgers
+
+
+def replica_problems(
+    job_dir: Path, records_per_source: list[int], minibatch_size: int, epochs: int
+) -> list[str]:
+    """Every way the replicas break 'identical, and each minibatch applied exactly once
+    per epoch'; empty if none."""
+    problems = []
+    by_step: dict[int, set[str]] = defaultdict(set)
+    for line in read_checksums(job_dir):
+        by_step[line["step"]].add(line["checksum"])
+    for step, sums in sorted(by_step.items()):
+        if len(sums) > 1:
+            problems.append(f"replicas differ at step {step}: {len(sums)} checksums")
+
+    history: dict[int, list[Minibatch]] = {}
+    for worker, steps in read_ledgers(job_dir).items():
+        for step, minibatches in steps.items():
+            seen = history.setdefault(step, sorted(minibatches))
+            if seen != sorted(minibatches):
+                problems.append(f"worker {worker}'s ledger differs from another's at step {step}")
+    applied: dict[Minibatch, list[int]] = defaultdict(list)
+    for step, minibatches in history.items():
+        for minibatch in minibatches:
+            applied[minibatch].append(step)
+    for epoch in range(epochs):
+        for source, n in enumerate(records_per_source):
+            for start in range(0, n, minibatch_size):
+                steps = applied.pop((epoch, source, start), [])
+                if len(steps) != 1:
+                    problems.append(
+                        f"epoch {epoch} source {source} minibatch at {start}: applied "
+                        f"{len(steps)} times (steps {steps})"
+                    )
+    if applied:
+        problems.append(f"minibatches that are no part of the data: {sorted(applied)[:5]}")
+    return problems

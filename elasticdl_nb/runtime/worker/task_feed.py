@@ -1,0 +1,68 @@
+"""Tasks fetched ahead, on a background thread: an allreduce member must never keep the
+group waiting on a GetTask round trip (the master long-polls up to a second when it has
+no work), so the next task is already here when the current one ends.
+
+`next()` never blocks: a task, or None (nothing yet: the member contributes an empty
+minibatch this step). `finished` turns true once the master says the job is over.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+
+log = logging.getLogger("elasticdl_nb.worker")
+
+
+class TaskFeed:
+    def __init__(self, master: rpc.MasterStub, worker_id: int, ahead: int = 1):
+        self._master, self._worker_id = master, worker_id
+        self._tasks: queue.Queue[pb.Task] = queue.Queue(maxsize=ahead)
+        self.finished = threading.Event()
+        self._closed = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="task-feed")
+        self._thread.start()
+
+    def next(self) -> pb.Task | None:
+        try:
+            return self._tasks.get_nowait()
+        except queue.Empty:
+            if self.error is not None:
+                raise self.error from None
+            return None
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._closed.is_set():
+            try:
+                request = pb.GetTaskRequest(worker_id=self._worker_id)
+                task = self._master.GetTask(request, timeout=30)
+                failures = 0
+            except Exception as exc:  # the master restarting, or gone
+                failures += 1
+                if failures >= 50:
+                    self.error = exc
+                    return
+                time.sleep(0.2)
+                continue
+            if task.type == pb.FINISHED:
+                self.finished.set()
+                return
+            if task.type == pb.NONE:
+                self._closed.wait(task.wait_seconds or 0.2)
+                continue
+            while not self._closed.is_set():  # hold it until there is room
+                try:
+                    self._tasks.put(task, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue

@@ -1,0 +1,121 @@
+"""The allreduce strategy with real processes: replicas that stay identical, a member
+SIGKILLed at a random step while the others carry on in place, members that join and
+leave mid-run, and every minibatch applied exactly once throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from elasticdl_nb.runtime.worker.replica_records import read_checksums, replica_problems
+from tests.conftest import job_processes
+from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
+from tests.integration.models import DIGITS, accuracy, digits_job
+
+pytestmark = pytest.mark.slow
+
+BATCH = 32
+
+
+def _paced_loss(labels, predictions):
+    """The digits loss, each step taking at least 50 ms: the job must still be running
+    when a relaunched or added worker has started (~6 s) and joins."""
+    import time
+
+    import tensorflow as tf
+
+    pause = tf.py_function(lambda: (time.sleep(0.05), 0.0)[1], [], tf.float32)
+    return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
+
+
+def _groups(events) -> list[dict]:
+    return [e.data for e in events if e.kind == "group"]
+
+
+def _end_pids(job) -> dict[int, int]:
+    return {r["worker"]: r["pid"] for r in read_checksums(job.dir) if r["event"] == "end"}
+
+
+def test_three_replicas_train_digits_to_90_percent_identically(job_home):
+    job, (x, _), (xt, yt) = digits_job(workers=3, epochs=6, strategy="allreduce")
+    final = job.wait(timeout=300)
+
+    assert final["state"] == "succeeded"
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) == pytest.approx(final["metrics"]["accuracy"], abs=1e-6)
+    assert final["group"] == {"version": 1, "members": [0, 1, 2]}
+    assert {i["role"] for i in final["instances"]} == {"worker"}  # no parameter server
+    ends = [r for r in read_checksums(job.dir) if r["event"] == "end"]
+    assert len(ends) == 3 and len({(r["step"], r["checksum"]) for r in ends}) == 1
+    assert replica_problems(job.dir, [len(x)], BATCH, 6) == []
+    assert job_processes(job_home) == []
+
+
+def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_home):
+    rng = fault_rng("allreduce-kill")
+    epochs = 20
+    job, (x, _), (xt, yt) = digits_job(
+        workers=3, epochs=epochs, strategy="allreduce", loss=_paced_loss
+    )
+    kill_at = rng.randint(20, 200)  # minibatches; a step holds three
+    victim = rng.randrange(3)
+    status = wait_for_step(job, kill_at)
+    pids = {w: pid_of(status, "worker", w) for w in range(3)}
+    os.kill(pids[victim], signal.SIGKILL)
+    print(f"killed worker {victim} (pid {pids[victim]}) at minibatch {status['step']}")
+
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+    assert final["state"] == "succeeded", final.get("error")
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) >= 0.90
+
+    groups = _groups(events)
+    failure = next(g for g in groups if g["reason"] == "failure")
+    survivors = sorted(set(range(3)) - {victim})
+    assert failure["left"] == [victim] and sorted(failure["members"]) == survivors
+    # The survivors never restarted: the processes that end the job are the ones from
+    # before the kill.
+    ends = _end_pids(job)
+    assert {w: ends[w] for w in survivors} == {w: pids[w] for w in survivors}
+    # The relaunched worker joined the group and got the model from a peer.
+    relaunched = next(e.data["id"] for e in events if e.kind == "relaunch")
+    assert any(g["reason"] == "joined" and g["joined"] == [relaunched] for g in groups)
+    assert relaunched in ends
+    settled = [e.data for e in events if e.kind == "group_settled"]
+    assert any(s["cause"] == "failure" and s["version"] == failure["version"] for s in settled)
+    # Replicas identical at every recorded step, every minibatch exactly once.
+    assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
+    assert job_processes(job_home) == []
+
+
+def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):
+    epochs = 20
+    job, (x, _), _ = digits_job(workers=2, epochs=epochs, strategy="allreduce", loss=_paced_loss)
+    wait_for_step(job, 20)
+    job.scale(3)
+    wait_for(lambda: job.status()["group"]["members"] == [0, 1, 2], 120, "worker 2 joined")
+    job.scale(2)
+    wait_for(lambda: job.status()["group"]["members"] == [0, 1], 60, "worker 2 left")
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+
+    assert final["state"] == "succeeded", final.get("error")
+    groups = _groups(events)
+    assert [(g["reason"], g["joined"], g["left"]) for g in groups] == [
+        ("formed", [0, 1], []),
+        ("joined", [2], []),
+        ("left", [], [2]),
+    ]
+    exits = {
+        e.data["id"]: e.data
+        for e in events
+        if e.kind == "instance" and e.data["kind"] in ("succeeded", "failed", "killed")
+    }
+    assert exits[2]["kind"] == "succeeded" and exits[2]["expected"]
+    assert not any(e.kind == "relaunch" for e in events)
+    checksums = read_checksums(job.dir)
+    assert {r["event"] for r in checksums if r["worker"] == 2} == {"entered", "end"}
+    assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
