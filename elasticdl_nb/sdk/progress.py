@@ -72,10 +72,41 @@ def describe(event: Event) -> str | None:
         return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"
     if event.kind == "phase":
         return f"phase: {d['phase']}"
+    if event.kind == "group":
+        return _group_line(d)
+    if event.kind == "group_settled":
+        return (
+            f"group v{d['version']} stepping again at step {d['step']}: "
+            f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
+        )
     if event.kind == "job_state" and d["state"] != "running":
         reason = f": {d['reason']}" if d.get("reason") else ""
         return f"job {d['state']}{reason}"
     return None
+
+
+_CAUSES = {"failure": "failure", "joined": "join", "left": "leave", "formed": "start"}
+
+
+def _milliseconds(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _group_line(d: dict) -> str:
+    """An allreduce group version, and what made it."""
+    members = ", ".join(str(w) for w in d["members"])
+    line = f"allreduce group v{d['version']}: workers {members}"
+    if d["reason"] == "failure":
+        lost = ", ".join(str(w) for w in d["left"])
+        return (
+            f"{line} (worker {lost} lost at step {d.get('step', '?')}; "
+            f"survivors agreed in {_milliseconds(d.get('agreed_s', 0))})"
+        )
+    if d["joined"] and d["reason"] != "formed":
+        return f"{line} ({', '.join(str(w) for w in d['joined'])} joined)"
+    if d["left"]:
+        return f"{line} ({', '.join(str(w) for w in d['left'])} left)"
+    return line
 
 
 class ProgressPrinter:

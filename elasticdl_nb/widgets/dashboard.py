@@ -446,6 +446,12 @@ def _status_html(view: JobView, now: float) -> str:
     figures.append(f"workers {view.live_workers()}/{view.workers or '?'}")
     if view.ps:
         figures.append(f"PS {view.ps}")
+    if view.group_version:
+        group = f"group v{view.group_version} ({len(view.group_members)} members)"
+        if view.last_change:
+            cause, seconds = view.last_change
+            group += f", last {_CHANGES.get(cause, cause)} stepping again in {seconds:.3g} s"
+        figures.append(e(group))
     figures_line = " | ".join(figures)
     reason = ""
     if view.ended and view.reason:
@@ -455,6 +461,9 @@ def _status_html(view: JobView, now: float) -> str:
         '<div style="font-size:13px;line-height:1.5">'
         f"<div>{' · '.join(head)}</div>{bar}<div>{figures_line}</div>{reason}</div>"
     )
+
+
+_CHANGES = {"failure": "recovery", "joined": "join", "left": "leave"}
 
 
 def _details_html(view: JobView) -> str:

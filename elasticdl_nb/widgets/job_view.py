@@ -108,6 +108,11 @@ class JobView:
         self.last_loss: float | None = None
         self.metrics: dict[str, Series] = {}
         self._metric_capacity = max(2, loss_capacity // 2)
+        # Allreduce jobs: the group's newest version and members, and how long the last
+        # change took until the group stepped again (journal "group", "group_settled").
+        self.group_version = 0
+        self.group_members: list[int] = []
+        self.last_change: tuple[str, float] | None = None  # (cause, seconds)
         # Bumped when the table or the log change: a renderer redraws those only then.
         self.instances_version = 0
         self.log_version = 0
@@ -125,7 +130,7 @@ class JobView:
             backend=spec.get("backend", "?"),
             epochs=spec.get("epochs"),
             workers=spec.get("workers"),
-            ps=spec.get("ps"),
+            ps=0 if spec.get("strategy") == "allreduce" else spec.get("ps"),
             **options,
         )
 
@@ -204,6 +209,14 @@ class JobView:
 
     def _on_scale(self, event: Event) -> None:
         self.workers = event.data["workers_to"]
+
+    def _on_group(self, event: Event) -> None:
+        self.group_version = event.data["version"]
+        self.group_members = list(event.data["members"])
+
+    def _on_group_settled(self, event: Event) -> None:
+        if event.data["cause"] != "formed":
+            self.last_change = (event.data["cause"], float(event.data["seconds"]))
 
     def _row(self, role: str, instance_id: int) -> InstanceRow:
         key = (role, int(instance_id))
@@ -297,6 +310,7 @@ class JobView:
                 "elapsed": self.elapsed(now),
                 "eta": self.eta(now),
                 "workers": (self.live_workers(), self.workers),
+                "group": (self.group_version, self.group_members, self.last_change),
             },
             "progress": dict(self.progress, tasks=(self.tasks_done, self.tasks_total)),
             "instances": [vars(r).copy() for r in self.rows()],
@@ -316,4 +330,6 @@ def _is_error(event: Event) -> bool:
         return d.get("state") == "failed"
     if event.kind == "instance":
         return d.get("kind") in LOST
+    if event.kind == "group":
+        return d.get("reason") == "failure"
     return event.kind in ("relaunch_refused", "ps_restored", "pending_too_long")

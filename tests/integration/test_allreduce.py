@@ -11,6 +11,7 @@ import pytest
 
 from elasticdl_nb.runtime.worker.replica_records import read_checksums, replica_problems
 from tests.conftest import job_processes
+from tests.integration.dashboards import rendered_dashboard
 from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
 from tests.integration.models import DIGITS, accuracy, digits_job
 
@@ -86,6 +87,11 @@ def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_
     assert relaunched in ends
     settled = [e.data for e in events if e.kind == "group_settled"]
     assert any(s["cause"] == "failure" and s["version"] == failure["version"] for s in settled)
+    # The dashboard tells the story: the group's versions and how fast it recovered.
+    header, details = rendered_dashboard(job)
+    assert f"group v{groups[-1]['version']} (3 members), last join stepping again in" in header
+    assert f"workers {', '.join(map(str, survivors))} (worker {victim} lost at step" in details
+    assert "stepping again at step" in details and "after the failure" in details
     # Replicas identical at every recorded step, every minibatch exactly once.
     assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
     assert job_processes(job_home) == []
@@ -93,7 +99,9 @@ def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_
 
 def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):
     epochs = 20
-    job, (x, _), _ = digits_job(workers=2, epochs=epochs, strategy="allreduce", loss=_paced_loss)
+    job, (x, _), _ = digits_job(
+        workers=2, epochs=epochs, strategy="allreduce", lr_scaling="linear", loss=_paced_loss
+    )
     wait_for_step(job, 20)
     job.scale(3)
     wait_for(lambda: job.status()["group"]["members"] == [0, 1, 2], 120, "worker 2 joined")
@@ -118,4 +126,9 @@ def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):
     assert not any(e.kind == "relaunch" for e in events)
     checksums = read_checksums(job.dir)
     assert {r["event"] for r in checksums if r["worker"] == 2} == {"entered", "end"}
+    # lr_scaling="linear": Adam's 0.002 times members / workers, the same on every replica.
+    rates = {(r["version"], r["worker"]): r["learning_rate"] for r in checksums}
+    assert rates[(1, 0)] == rates[(1, 1)] == pytest.approx(0.002)
+    assert rates[(2, 0)] == rates[(2, 1)] == rates[(2, 2)] == pytest.approx(0.003)
+    assert rates[(3, 0)] == rates[(3, 1)] == pytest.approx(0.002)
     assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []

@@ -19,6 +19,7 @@ import pytest
 
 import elasticdl_nb as edl
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from tests.integration.dashboards import rendered_dashboard
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
 from tests.integration.models import DIGITS, accuracy, custom_model, digits_split
 from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
@@ -78,12 +79,7 @@ def running_pod(core, namespace: str, role: str, spare: set[str] = frozenset()):
 
 def dashboard_log(job) -> str:
     """The instance table and event log of the job's dashboard, as it shows them."""
-    from elasticdl_nb.widgets.dashboard import Dashboard
-
-    board = Dashboard(job)
-    assert board.join(60), "the dashboard did not read the whole journal"
-    board.render(final=True)
-    return board.details.value
+    return rendered_dashboard(job)[1]
 
 
 COMPILED_MODEL = """

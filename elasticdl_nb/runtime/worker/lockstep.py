@@ -444,7 +444,10 @@ class Lockstep:
 
     def _record(self, event: str) -> None:
         """The replica's checksum at this step, for comparing replicas across workers."""
-        self.records.checksum(event, self.group.version, self.step, self.replica.checksum())
+        self.records.checksum(
+            event, self.group.version, self.step, self.replica.checksum(),
+            self.replica.learning_rate(),
+        )  # fmt: skip
 
     def _finish(self, why: str) -> None:
         self._report_through(self.step)

@@ -121,6 +121,10 @@ class Replica:
             )
         self.optimizer.learning_rate = self._base_lr * factor
 
+    def learning_rate(self) -> float | None:
+        """The optimizer's current learning rate (None with a schedule)."""
+        return None if self._base_lr is None else float(np.asarray(self.optimizer.learning_rate))
+
     def eval_step(self, features: Any, labels: Any) -> None:
         self._evaluate(features, labels)
 

@@ -6,9 +6,9 @@ Every member appends to two files in the job's `replicas/` directory:
 - `worker-N.jsonl`: its state's checksum (SHA-256 of weights and optimizer slots) when
   it enters the group, after every switch or recovery, and at its end.
 
-`replica_problems` reads them back: replicas with a checksum at the same step must be
-identical, ledgers must agree step by step, and over the whole job every minibatch of
-every epoch must be applied exactly once.
+`replica_problems` reads them back: replicas with a checksum at the same step of the
+same group version must be identical, ledgers must agree step by step, and over the
+whole job every minibatch of every epoch must be applied exactly once.
 """
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ class ReplicaRecords:
     def applied(self, step: int, minibatches: list[Minibatch]) -> None:
         self._ledger.write("".join(f"{step} {e} {s} {b}\n" for e, s, b in minibatches))
 
-    def checksum(self, event: str, version: int, step: int, checksum: str) -> None:
+    def checksum(
+        self, event: str, version: int, step: int, checksum: str, learning_rate: float | None
+    ) -> None:
         line = {
             "event": event, "worker": self.worker, "pid": os.getpid(), "version": version,
-            "step": step, "checksum": checksum, "time": time.time(),
+            "step": step, "checksum": checksum, "learning_rate": learning_rate,
+            "time": time.time(),
         }  # fmt: skip
         with open(self._checksums, "a") as out:
             out.write(json.dumps(line) + "\n")
@@ -69,12 +72,14 @@ def replica_problems(
     """Every way the replicas break 'identical, and each minibatch applied exactly once
     per epoch'; empty if none."""
     problems = []
-    by_step: dict[int, set[str]] = defaultdict(set)
+    # (By group version too: a member that leaves at a step keeps the learning rate of
+    # its old group, which lr_scaling changes for the others at that step.)
+    by_step: dict[tuple[int, int], set[str]] = defaultdict(set)
     for line in read_checksums(job_dir):
-        by_step[line["step"]].add(line["checksum"])
-    for step, sums in sorted(by_step.items()):
+        by_step[(line["version"], line["step"])].add(line["checksum"])
+    for (version, step), sums in sorted(by_step.items()):
         if len(sums) > 1:
-            problems.append(f"replicas differ at step {step}: {len(sums)} checksums")
+            problems.append(f"replicas of group {version} differ at step {step}: {len(sums)}")
 
     history: dict[int, list[Minibatch]] = {}
     for worker, steps in read_ledgers(job_dir).items():
