@@ -28,6 +28,7 @@ BENCHMARKS = [
     "tf_ps_strategy",
     "transfer",
     "recovery",
+    "allreduce_recovery",
     "startup",
     "event_path",
     "widget_path",

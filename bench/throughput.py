@@ -12,6 +12,8 @@ alternate so that slow phases of a noisy machine hit both sides:
   the end of epoch E, in this process.
 - ours: `workloads.run_job` — steady-state samples/s from the job's journal (start-up and
   export left out; task hand-outs, pulls, pushes and PS checkpoints inside the window).
+- digits and CNN also run with the allreduce strategy (2 workers, no PS: every step the
+  workers average their gradients, synchronously; issue 7), compared with 2 workers + 1 PS.
 - CTR also runs once with `overlap_communication=True` (gradients on parameters one update
   old: another algorithm, so a detail, not the judged figure).
 
@@ -37,6 +39,7 @@ import workloads  # noqa: E402  (after the pins: it imports TensorFlow)
 CTR_TARGET = 0.8
 CONFIGS = [(1, "1 worker + 1 PS"), (2, "2 workers + 1 PS")]
 BASELINE = "Keras 3 model.fit, 1 process"
+ALLREDUCE = "2 workers, allreduce"
 
 
 def _attempt(what: str, fn, *args, **kwargs) -> dict:
@@ -55,14 +58,20 @@ def _rates(runs: list[dict]) -> list[float]:
     return [r["samples_per_s"] for r in runs if "samples_per_s" in r]
 
 
-def measure(w: workloads.Workload, reps: int, overlap: bool) -> tuple[list[dict], dict]:
+def measure(
+    w: workloads.Workload, reps: int, overlap: bool, allreduce: bool
+) -> tuple[list[dict], dict]:
     fit: list[dict] = []
     ours: dict[int, list[dict]] = {n: [] for n, _ in CONFIGS}
+    ring: list[dict] = []
     for rep in range(reps):
         fit.append(_attempt(f"{w.key}: fit, run {rep + 1}", workloads.run_fit, w))
         for n, label in CONFIGS:
             what = f"{w.key}: ours {label}, run {rep + 1}"
             ours[n].append(_attempt(what, workloads.run_job, w, n, f"r{rep}"))
+        if allreduce:
+            what = f"{w.key}: ours {ALLREDUCE}, run {rep + 1}"
+            ring.append(_attempt(what, workloads.run_job, w, 2, f"r{rep}", strategy="allreduce"))
     fit.append(_attempt(f"{w.key}: fit, closing run", workloads.run_fit, w))
     rows = []
     for n, label in CONFIGS:
@@ -79,6 +88,19 @@ def measure(w: workloads.Workload, reps: int, overlap: bool) -> tuple[list[dict]
             )
         )
     details = {"fit": fit, "ours": {str(n): runs for n, runs in ours.items()}}
+    if allreduce:  # issue 7: the two strategies side by side, 2 workers each
+        rows.append(
+            harness.row(
+                f"{w.title}, {ALLREDUCE}",
+                "samples/s",
+                _rates(ring),
+                _rates(ours[2]),
+                unit="samples/s",
+                baseline_label="ours, 2 workers + 1 PS",
+                note=f"batch {w.batch} per worker, {w.epochs} epochs of {w.records:,} records",
+            )
+        )
+        details["ours_allreduce_2w"] = ring
     if overlap:
         details["ours_overlap_1w"] = _attempt(
             f"{w.key}: ours 1 worker + 1 PS, overlap_communication",
@@ -102,7 +124,9 @@ def main() -> int:
         rows, details = [], {}
         for key in args.only.split(","):
             w = all_workloads[key]
-            w_rows, details[key] = measure(w, 1 if args.quick else 2, key == "ctr")
+            w_rows, details[key] = measure(
+                w, 1 if args.quick else 2, key == "ctr", key in ("digits", "cnn")
+            )
             rows += w_rows
     harness.write_result(
         "throughput",

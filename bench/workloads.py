@@ -211,6 +211,8 @@ def steady_state(events: list, workers: int, batch: int) -> dict[str, Any]:
     'loss' event's last point carries the master's global step (minibatches applied so
     far): samples/s = (step(L) - step(F)) × batch / (time(L) - time(F)).
     """
+    if any(e.kind == "group" for e in events):
+        return _steady_state_allreduce(events, batch)
     losses = [e for e in events if e.kind == "loss"]
     if len(losses) < 2:
         raise RuntimeError(f"only {len(losses)} 'loss' events: the job was too short to measure")
@@ -233,9 +235,31 @@ def steady_state(events: list, workers: int, batch: int) -> dict[str, Any]:
     }
 
 
+def _steady_state_allreduce(events: list, batch: int) -> dict[str, Any]:
+    """`steady_state` of an allreduce job, whose 'loss' events come one per step of the
+    group (not per minibatch): from the 'progress' events (one per finished task, with
+    the master's count of minibatches applied), F = the first after the group's first
+    step, L = the last."""
+    formed = next(e.time for e in events if e.kind == "group_settled")
+    progress = [e for e in events if e.kind == "progress" and e.time > formed]
+    if len(progress) < 2:
+        raise RuntimeError(f"{len(progress)} 'progress' events: the job was too short")
+    first, last = progress[0], progress[-1]
+    states = [e for e in events if e.kind == "job_state"]
+    steps = last.data["step"] - first.data["step"]
+    return {
+        "samples_per_s": steps * batch / (last.time - first.time),
+        "window_s": last.time - first.time,
+        "steps_in_window": steps,
+        "startup_s": formed - states[0].time,  # 'running' -> the group's first step
+        "job_s": states[-1].time - states[0].time,
+    }
+
+
 def run_job(w: Workload, workers: int, tag: str, ps: int = 1, **options: Any) -> dict[str, Any]:
     """An elasticdl-nb job with the workload's functions; measured by `steady_state`."""
-    name = f"bench-{w.key}-{workers}w{ps}ps-{tag}"
+    shape = "allreduce" if options.get("strategy") == "allreduce" else f"{ps}ps"
+    name = f"bench-{w.key}-{workers}w{shape}-{tag}"
     t0 = time.perf_counter()
     job = edl.train(
         w.model,
@@ -265,7 +289,8 @@ def run_job(w: Workload, workers: int, tag: str, ps: int = 1, **options: Any) ->
         job=name,
         wall_s=time.perf_counter() - t0,
         loadavg_1m=os.getloadavg()[0],
-        # Of the workers' time on training tasks, the share spent blocked on PS replies.
+        # Of the workers' time on training tasks, the share spent blocked on PS replies
+        # (allreduce: in the allreduce).
         communication_share=sum(t["wait_s"] for t in timings) / task_s if task_s else None,
         compute_share=sum(t["compute_s"] for t in timings) / task_s if task_s else None,
     )

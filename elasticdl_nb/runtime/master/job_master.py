@@ -133,14 +133,14 @@ class JobMaster:
                 task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
                 if task is not None:
                     return task.to_message()
-                if self.queue.holds(worker_id):
+                if self.group is None and self.queue.holds(worker_id):
                     # It still holds a task whose last push it sends with its next pull:
                     # no more work now, so it sends that push first (and may end the epoch).
                     return pb.Task(type=pb.NONE, wait_seconds=0.05)
                 self._wake.set()
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    return pb.Task(type=pb.NONE, wait_seconds=0.05)
+                if left <= 0:  # (an allreduce member's feed asks again at once: it waited)
+                    return pb.Task(type=pb.NONE, wait_seconds=0.0 if self.group else 0.05)
                 self._work.wait(left)
 
     def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
@@ -170,6 +170,7 @@ class JobMaster:
                 self.journal.append(
                     "group_settled", version=s.version, step=s.step,
                     seconds=round(s.seconds, 6), cause=s.cause, worker=r.worker_id,
+                    completed_at=s.completed_at,
                 )  # fmt: skip
             self._wake.set()
             stop = self.state in TERMINAL

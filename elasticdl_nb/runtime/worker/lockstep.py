@@ -115,6 +115,7 @@ class Lockstep:
         self._special: pb.Task | None = None  # an evaluation or export, after this step
         self._task_timing: dict[int, pb.TaskTiming] = {}
         self._zeros: np.ndarray | None = None
+        self._idle = 0.0  # the current back-off between steps nobody had work for
         self._change: tuple[float, str] | None = None  # (since, cause) until a step settles
         self._closed = threading.Event()
         self.feed: TaskFeed | None = None
@@ -168,7 +169,12 @@ class Lockstep:
                 if not self._switch(newest):
                     return  # this member left the group
             elif table[:, Row.COUNT].sum() == 0:
-                time.sleep(0.02)  # nobody had work: the master is between epochs
+                # Nobody had work (the master is between epochs): back off, 1 ms doubling
+                # up to 20 ms, so that idle steps do not spin.
+                self._idle = min(0.02, self._idle * 2 or 0.001)
+                time.sleep(self._idle)
+            else:
+                self._idle = 0.0
 
     # ================================================================== one step
 

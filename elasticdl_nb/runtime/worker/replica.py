@@ -80,7 +80,6 @@ class Replica:
 
         self._gradients_fn = gradients
 
-        @tf.function
         def apply(flat_mean):
             parts = tf.split(flat_mean, sizes)
             optimizer.apply([tf.reshape(p, v.shape) for p, v in zip(parts, variables)], variables)
@@ -91,7 +90,9 @@ class Replica:
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
-        self._apply, self._evaluate = apply, evaluate
+        signature = [tf.TensorSpec([sum(sizes)], tf.float32)]
+        self._apply = CompiledCall(apply, signature, "apply")  # (see compiled_call.py)
+        self._evaluate = evaluate
 
     # ------------------------------------------------------------------ steps
 
@@ -110,7 +111,7 @@ class Replica:
 
     def apply(self, flat_mean: np.ndarray) -> None:
         """The optimizer's update with the group's averaged gradients."""
-        self._apply(tf.constant(flat_mean, tf.float32))
+        self._apply(np.asarray(flat_mean, np.float32))
 
     def scale_learning_rate(self, factor: float) -> None:
         """Set the learning rate to the optimizer's own times `factor` (lr_scaling)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
@@ -56,7 +57,13 @@ class Reporter:
         """Allreduce: the group's first step in a new version, `seconds` after the change."""
         with self._lock:
             self._report(NO_TASK).settled.CopyFrom(
-                pb.GroupSettled(version=version, step=step, seconds=seconds, cause=cause)
+                pb.GroupSettled(
+                    version=version,
+                    step=step,
+                    seconds=seconds,
+                    cause=cause,
+                    completed_at=time.time(),
+                )  # fmt: skip
             )
         self._send_soon.set()
 

@@ -57,8 +57,8 @@ class TaskFeed:
             if task.type == pb.FINISHED:
                 self.finished.set()
                 return
-            if task.type == pb.NONE:
-                self._closed.wait(task.wait_seconds or 0.2)
+            if task.type == pb.NONE:  # (the master long-polls; it says when to wait more)
+                self._closed.wait(task.wait_seconds)
                 continue
             while not self._closed.is_set():  # hold it until there is room
                 try:
