@@ -51,6 +51,19 @@ def eval_metrics_fn():
 
 DIGITS = dict(loss=loss, optimizer=optimizer, eval_metrics_fn=eval_metrics_fn)
 
+# The digits model as a notebook cell defines it for `%%elasticdl train`: compiled Keras.
+COMPILED_MODEL = """
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.Adam(0.002),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    def eval_metrics_fn():
+        return {"accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
+"""
+
 
 def digits_job(**options):
     """Start a digits job (minibatches of 32, ledger on); options override. Returns

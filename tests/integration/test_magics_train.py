@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import job_processes
 from tests.integration.faults import wait_for
-from tests.integration.models import digits_split
+from tests.integration.models import COMPILED_MODEL, digits_split
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +41,6 @@ def train(shell, line: str, cell: str):
 def jobs_made(job_home) -> list[str]:
     jobs = job_home / "jobs"
     return sorted(p.name for p in jobs.iterdir()) if jobs.exists() else []
-
-
-COMPILED_MODEL = """
-    import keras
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.Adam(0.002),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-    def eval_metrics_fn():
-        return {"accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
-"""
 
 
 @pytest.mark.slow
@@ -115,6 +102,21 @@ def _interrupt_once_training(job_home) -> threading.Thread:
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+@pytest.mark.slow
+def test_the_allreduce_strategy_from_the_magic(shell, job_home):
+    train(
+        shell,
+        "--strategy allreduce --workers 3 --epochs 6 --minibatch-size 32 --data x_train "
+        "y_train --validation-data x_test y_test -o ring --wait",
+        COMPILED_MODEL,
+    )
+    status = shell.user_ns["ring"].status()
+    assert status["state"] == "succeeded", status
+    assert status["metrics"]["accuracy"] >= 0.90
+    assert status["strategy"] == "allreduce" and status["group"]["members"] == [0, 1, 2]
+    assert [i["role"] for i in status["instances"]] == ["worker"] * 3
 
 
 @pytest.mark.slow

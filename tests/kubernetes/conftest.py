@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from tests.integration.faults import wait_for
+from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
 from tests.kubernetes.cluster import TestCluster
 
 
@@ -77,3 +79,21 @@ def k8s_namespace(request, k8s_cluster, k8s_admin_client):
     k8s_cluster.wait_for_default_service_account(name)
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def job_namespace(k8s_cluster, k8s_admin_client, k8s_namespace, k8s_kubelet):
+    """A namespace set up as the README tells an admin to: deploy/rbac.yaml applied, its
+    user Role bound to the notebook's user, and the priority classes."""
+    from kubernetes import client
+
+    ensure_priority_classes(k8s_admin_client)
+    grant_rbac_yaml(k8s_admin_client, k8s_namespace, k8s_cluster.user_name)
+    core = client.CoreV1Api(k8s_admin_client)
+
+    def master_account_has_its_token():
+        account = core.read_namespaced_service_account("elasticdl-nb-master", k8s_namespace)
+        return bool(account.secrets)
+
+    wait_for(master_account_has_its_token, 30, "the master service account's token")
+    return k8s_namespace

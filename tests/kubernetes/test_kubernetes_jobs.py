@@ -21,78 +21,23 @@ import elasticdl_nb as edl
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.integration.dashboards import rendered_dashboard
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
-from tests.integration.models import DIGITS, accuracy, custom_model, digits_split
-from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
+from tests.integration.models import (
+    COMPILED_MODEL,
+    DIGITS,
+    accuracy,
+    custom_model,
+    digits_split,
+)
+from tests.kubernetes.job_pods import k8s_options, pods, running_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
 STEPS_PER_EPOCH = 1400 // 32 + 1
 
 
-@pytest.fixture
-def job_namespace(k8s_cluster, k8s_admin_client, k8s_namespace, k8s_kubelet):
-    """A namespace set up as the README tells an admin to: deploy/rbac.yaml applied, its
-    user Role bound to the notebook's user, and the priority classes."""
-    from kubernetes import client
-
-    ensure_priority_classes(k8s_admin_client)
-    grant_rbac_yaml(k8s_admin_client, k8s_namespace, k8s_cluster.user_name)
-    core = client.CoreV1Api(k8s_admin_client)
-
-    def master_account_has_its_token():
-        account = core.read_namespaced_service_account("elasticdl-nb-master", k8s_namespace)
-        return bool(account.secrets)
-
-    wait_for(master_account_has_its_token, 30, "the master service account's token")
-    return k8s_namespace
-
-
-def k8s_options(cluster, namespace: str, tmp_path) -> dict:
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    return dict(
-        backend="kubernetes",
-        namespace=namespace,
-        kubeconfig=str(cluster.user_kubeconfig),
-        shared_volume=f"hostPath:{shared}",
-    )
-
-
-def pods(core, namespace: str, role: str | None = None) -> dict[str, object]:
-    selector = "elasticdl-nb/job" + (f",elasticdl-nb/role={role}" if role else "")
-    return {
-        p.metadata.name: p
-        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-    }
-
-
-def running_pod(core, namespace: str, role: str, spare: set[str] = frozenset()):
-    """A running pod of the role, not being deleted and not in `spare` (there is one
-    while the job trains)."""
-    live = [
-        name
-        for name, p in pods(core, namespace, role).items()
-        if p.status.phase == "Running" and not p.metadata.deletion_timestamp and name not in spare
-    ]
-    return live[0] if live else None
-
-
 def dashboard_log(job) -> str:
     """The instance table and event log of the job's dashboard, as it shows them."""
     return rendered_dashboard(job)[1]
-
-
-COMPILED_MODEL = """
-    import keras
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(10)])
-    model.compile(optimizer=keras.optimizers.Adam(0.002),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-    def eval_metrics_fn():
-        return {"accuracy": keras.metrics.SparseCategoricalAccuracy(name="accuracy")}
-"""
 
 
 def test_a_notebook_cell_trains_on_kubernetes(
