@@ -1,8 +1,8 @@
 """The master's group coordinator with its callers as real threads (as the RPC handlers
 are): the first group forms when the expected workers are in; a late joiner gets the next
-version and the member that sends it the state; survivors of a failure all get the same
-decision, without waiting for a member the backend saw die, and at the settle deadline
-without one that went silent; every change is journaled."""
+version; survivors of a failure all get the same decision, without waiting for a member
+the backend saw die, at the settle deadline without one that went silent, and sooner
+without one its successor names as hung; every change is journaled."""
 
 from __future__ import annotations
 
@@ -101,3 +101,20 @@ def test_a_silent_member_is_out_at_the_settle_deadline():
     waited = time.monotonic() - started
     assert 0.4 < waited < 3
     assert decided[0] is decided[2] and decided[0].lost == (1,)
+
+
+def test_a_member_its_successor_names_as_hung_is_out_after_the_short_suspect_wait():
+    coordinator = formed(4)
+    coordinator.settle_seconds, coordinator.suspect_seconds = 30, 0.3
+    # Ring 0 -> 1 -> 2 -> 3: worker 1 hangs; 2 waited for it past its deadline, and so
+    # did 3 for 2 (blocked behind it): both name their predecessor. 2 reports late.
+    calls = {
+        0: lambda: coordinator.report_lost(1, Report(0, 4, True), 10, cause="closed"),
+        2: lambda: (time.sleep(0.1), coordinator.report_lost(1, Report(2, 4, True), 10, 1))[1],
+        3: lambda: coordinator.report_lost(1, Report(3, 4, True), 10, suspect=2),
+    }
+    started = time.monotonic()
+    decided = in_threads(calls)
+    assert time.monotonic() - started < 5  # not the 30 s settle deadline
+    assert decided[0] is decided[2] is decided[3]
+    assert decided[0].lost == (1,)  # the innocent suspect reported, and stays

@@ -66,14 +66,16 @@ COMPILED_MODEL = """
 
 
 def digits_job(**options):
-    """Start a digits job (minibatches of 32, ledger on); options override. Returns
-    (job, train arrays, test arrays)."""
+    """Start a digits job (minibatches of 32, ledger on); options override (and
+    evaluate=False leaves out the validation data). Returns (job, train arrays, test
+    arrays)."""
     import elasticdl_nb as edl
 
     (x, y), (xt, yt) = digits_split()
     functions = {**DIGITS, "loss": options.pop("loss", DIGITS["loss"])}
+    validation = (xt, yt) if options.pop("evaluate", True) else None
     options = {"minibatch_size": 32, "minibatches_per_task": 4, "record_ledger": True, **options}
-    job = edl.train(custom_model, **functions, data=(x, y), validation_data=(xt, yt), **options)
+    job = edl.train(custom_model, **functions, data=(x, y), validation_data=validation, **options)
     return job, (x, y), (xt, yt)
 
 

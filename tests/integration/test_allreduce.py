@@ -5,6 +5,7 @@ leave mid-run, and every minibatch applied exactly once throughout."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import pytest
@@ -95,6 +96,39 @@ def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_
     # Replicas identical at every recorded step, every minibatch exactly once.
     assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
     assert job_processes(job_home) == []
+
+
+def test_a_member_that_hangs_is_found_by_the_step_deadline_ended_and_replaced(job_home):
+    rng = fault_rng("allreduce-hang")
+    epochs = 20
+    # No evaluation: a step after which a member evaluates is allowed to be slow, and the
+    # stop should land on an ordinary step, whose deadline follows the step time.
+    job, (x, _), (xt, yt) = digits_job(
+        workers=3, epochs=epochs, strategy="allreduce", loss=_paced_loss, evaluate=False
+    )
+    at = rng.randint(30, 200)
+    victim = rng.randrange(3)
+    status = wait_for_step(job, at)
+    os.kill(pid_of(status, "worker", victim), signal.SIGSTOP)
+    print(f"stopped worker {victim} at minibatch {status['step']}")
+
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+    assert final["state"] == "succeeded", final.get("error")
+    assert accuracy(job.model(), xt, yt) >= 0.90
+    failure = next(g for g in _groups(events) if g["reason"] == "failure")
+    assert failure["left"] == [victim]
+    # Its successor waited for it past a deadline drawn from the step time (~50 ms here,
+    # so the floor of 2 s), far from a fixed 30 s; the others saw the abort go round.
+    deadlines = [float(m.group(1)) for c in failure["causes"].values()
+                 if (m := re.search(r"no data within ([0-9.]+) s", c))]  # fmt: skip
+    assert deadlines and max(deadlines) < 10, failure["causes"]
+    # The master ended the stopped process, and a new worker took its place in the group.
+    ended = [e.data for e in events if e.kind == "instance" and e.data["id"] == victim]
+    assert ended[-1]["kind"] == "killed" and ended[-1]["signal"] == "SIGKILL"
+    relaunched = next(e.data["id"] for e in events if e.kind == "relaunch")
+    assert any(g["reason"] == "joined" and g["joined"] == [relaunched] for g in _groups(events))
+    assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
 
 
 def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):

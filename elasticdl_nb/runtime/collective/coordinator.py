@@ -10,7 +10,11 @@
   together at a step boundary.
 - `report_lost`: after a PeerLost, a survivor's account; returns the one `Recovery` when
   all live members have reported, or when `settle_seconds` have passed since the first
-  report (a member that neither reports nor is known dead is then out).
+  report (a member that neither reports nor is known dead is then out). A member that
+  hangs is named by its successor, whose step deadline ran out waiting for it (the
+  `suspect`): once only suspects are missing, the decision waits `suspect_seconds` for
+  them, not `settle_seconds` (an innocent suspect, itself blocked behind the hung one,
+  reports within that time).
 - `dead`: the backend saw a worker end; an agreement may be complete without it.
 
 Every change is journaled ("group" events: version, members, who joined and left).
@@ -33,9 +37,13 @@ class GroupCoordinator:
         journal: Callable[..., None] = lambda kind, **data: None,
         form_seconds: float = 60.0,
         settle_seconds: float = 10.0,
+        suspect_seconds: float = 1.0,
     ):
         self.expected = expected
         self.form_seconds, self.settle_seconds = form_seconds, settle_seconds
+        self.suspect_seconds = suspect_seconds
+        self._suspects: dict[int, set[int]] = {}  # version -> members named as hung
+        self._causes: dict[int, dict[int, str]] = {}  # version -> reporter -> what it saw
         self._journal = journal
         self._membership = Membership()
         self._changed = threading.Condition()
@@ -116,13 +124,27 @@ class GroupCoordinator:
             self._membership.leave(worker)
             self._maybe_grow()
 
-    def report_lost(self, version: int, report: Report, timeout: float) -> Recovery:
+    def report_lost(
+        self,
+        version: int,
+        report: Report,
+        timeout: float,
+        suspect: int | None = None,
+        cause: str = "",
+    ) -> Recovery:
         deadline = time.monotonic() + timeout
         with self._changed:
             first = self._first_report.setdefault(version, time.monotonic())
+            if suspect is not None:
+                self._suspects.setdefault(version, set()).add(suspect)
+            self._causes.setdefault(version, {})[report.worker] = cause
             recovery = self._membership.report(version, report)
             while recovery is None:
-                if time.monotonic() - first >= self.settle_seconds:
+                waited = time.monotonic() - first
+                only_suspects = self._membership.missing(version) <= self._suspects.get(
+                    version, set()
+                )
+                if waited >= (self.suspect_seconds if only_suspects else self.settle_seconds):
                     recovery = self._membership.settle(version)
                     break
                 left = deadline - time.monotonic()
@@ -137,6 +159,7 @@ class GroupCoordinator:
                     members=[w for w, _ in recovery.group.members], joined=[],
                     left=list(recovery.lost), reason="failure",
                     step=recovery.step, agreed_s=round(time.monotonic() - first, 6),
+                    causes={str(w): c for w, c in self._causes.get(version, {}).items()},
                 )  # fmt: skip
             self._changed.notify_all()
             return recovery

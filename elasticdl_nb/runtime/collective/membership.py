@@ -100,6 +100,11 @@ class Membership:
             return self._decide(version)
         return None
 
+    def missing(self, version: int) -> set[int]:
+        """Members of `version` that are neither known dead nor have reported."""
+        members = {w for w, _ in self.groups[version].members}
+        return members - self._dead - set(self._reports.get(version, {}))
+
     def settle(self, version: int) -> Recovery | None:
         """Decide with the reports at hand: the master's deadline has passed, and whoever
         has not reported is out. None if nobody has reported."""

@@ -41,9 +41,10 @@ class PeerLost(ConnectionError):
     """The collective broke: a member died, left or fell behind. `worker` is the
     neighbour whose connection failed (None if unknown)."""
 
-    def __init__(self, worker: int | None, reason: str):
+    def __init__(self, worker: int | None, reason: str, timed_out: bool = False):
         super().__init__(f"ring peer {worker if worker is not None else '?'}: {reason}")
-        self.worker, self.reason = worker, reason
+        # timed_out: `worker` did not send in time (it may hang), rather than it is gone.
+        self.worker, self.reason, self.timed_out = worker, reason, timed_out
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class RingListener:
         key = (version, worker, purpose)
         with self._arrived:
             if not self._arrived.wait_for(lambda: key in self._waiting or self._closed, timeout):
-                raise PeerLost(worker, f"did not connect within {timeout:g} s")
+                raise PeerLost(worker, f"did not connect within {timeout:g} s", timed_out=True)
             if self._closed:
                 raise PeerLost(worker, "this member's listener is closed")
             # Connections for older versions will never be taken: drop them.
@@ -251,7 +252,9 @@ class Ring:
         try:
             _, message, buffers = recv_frame(self._in, timeout, timeout)
         except TimeoutError:
-            raise PeerLost(self.pred, f"no data within {timeout:g} s ({tag[0]} {tag[2]})") from None
+            raise PeerLost(
+                self.pred, f"no data within {timeout:g} s ({tag[0]} {tag[2]})", timed_out=True
+            ) from None
         except OSError as exc:
             if self._send_error:
                 raise PeerLost(self.succ, f"send failed: {self._send_error[0]}") from None

@@ -55,10 +55,11 @@ class AllreduceGroup:
         queue: TaskQueue,
         release: Callable[[int], None],
         fail: Callable[[str], None],
+        kill: Callable[[int], None],
     ):
         self.coordinator = GroupCoordinator(expected_workers, journal)
         self._lock, self._queue = lock, queue  # the master's lock guards the queue
-        self._release, self._fail = release, fail
+        self._release, self._fail, self._kill = release, fail, kill
         self._deferred: dict[int, float] = {}  # dead member -> when it died
         self._unreported: dict[int, list[pb.StepMinibatch]] = defaultdict(list)
         self._recovered: set[int] = set()  # versions whose recovery was carried out
@@ -75,7 +76,10 @@ class AllreduceGroup:
         with self._lock:
             self._unreported[r.version].extend(r.unreported)
         report = Report(r.worker_id, r.completed_step, r.holds_result)
-        recovery = self.coordinator.report_lost(r.version, report, AGREE_TIMEOUT)
+        suspect = r.suspect if r.suspect >= 0 else None
+        recovery = self.coordinator.report_lost(
+            r.version, report, AGREE_TIMEOUT, suspect=suspect, cause=r.cause
+        )
         with self._lock:
             if r.version not in self._recovered:
                 self._recovered.add(r.version)
@@ -100,6 +104,9 @@ class AllreduceGroup:
         for worker in recovery.lost:
             self._deferred.pop(worker, None)
             self._release(worker)
+            # Out of the group but maybe alive (it hung, or went silent): end it, so that
+            # the master replaces it (a no-op for one that is gone already).
+            threading.Thread(target=self._kill, args=(worker,), daemon=True).start()
 
     # ------------------------------------------------------------------ instance events
 

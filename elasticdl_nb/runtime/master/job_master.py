@@ -109,8 +109,9 @@ class JobMaster:
         self.group: AllreduceGroup | None = None
         if spec.strategy == "allreduce":
             self.group = AllreduceGroup(
-                spec.workers, journal.append, self.lock, self.queue, self._release, self.fail
-            )
+                spec.workers, journal.append, self.lock, self.queue, self._release, self.fail,
+                kill=lambda worker: self.instances.launcher.kill("worker", worker, True),
+            )  # fmt: skip
 
     # ================================================================== RPC side
 

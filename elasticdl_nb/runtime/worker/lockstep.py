@@ -384,7 +384,8 @@ class Lockstep:
             pb.LostReport(
                 worker_id=self.me, version=self.group.version, completed_step=self.step,
                 holds_result=self.held is not None and self.held[0] == self.step,
-                unreported=unreported,
+                unreported=unreported, cause=str(lost),
+                suspect=lost.worker if lost.timed_out and lost.worker is not None else -1,
             ),
             timeout=120,
         )  # fmt: skip
