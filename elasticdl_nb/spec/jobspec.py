@@ -172,8 +172,8 @@ class JobSpec:
     # Verification.
     record_ledger: bool = _opt(
         False,
-        "Keep a per-record ledger on the PS that proves every "
-        "record was applied exactly once per epoch (for tests).",
+        "Keep a ledger that proves every record was applied exactly once per epoch "
+        "(for tests): per record on the PS, or per minibatch on every allreduce replica.",
     )
 
     # ------------------------------------------------------------------ building

@@ -44,6 +44,7 @@ def test_worker_pods_train_in_a_ring_and_survive_a_deleted_pod_in_place(
         strategy="allreduce",
         epochs=epochs,
         minibatch_size=32,
+        record_ledger=True,
         worker_resources="cpu=100m,memory=512Mi",
         **k8s_options(k8s_cluster, job_namespace, tmp_path),
     )

@@ -5,7 +5,7 @@ from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords, replica_
 
 
 def _two_replicas(tmp_path, second_ledger=None, second_sum="abc"):
-    a, b = ReplicaRecords(tmp_path, 0), ReplicaRecords(tmp_path, 1)
+    a, b = ReplicaRecords(tmp_path, 0, True), ReplicaRecords(tmp_path, 1, True)
     steps = {1: [(0, 0, 0), (0, 0, 10)], 2: [(0, 0, 20)]}  # 25 records, minibatches of 10
     for step, minibatches in steps.items():
         a.applied(step, minibatches)

@@ -119,7 +119,7 @@ class Lockstep:
         self._change: tuple[float, str] | None = None  # (since, cause) until a step settles
         self._closed = threading.Event()
         self.feed: TaskFeed | None = None
-        self.records = ReplicaRecords(env.job_dir, worker_id)
+        self.records = ReplicaRecords(env.job_dir, worker_id, self.spec.record_ledger)
 
     # ================================================================== the loop
 

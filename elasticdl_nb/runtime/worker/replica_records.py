@@ -1,8 +1,8 @@
 """What each allreduce replica writes down, and the check that they all agree.
 
 Every member appends to two files in the job's `replicas/` directory:
-- `worker-N.ledger`: a line "step epoch source start" per minibatch of every step it
-  applied (every member's: the minibatch ids ride the allreduce);
+- `worker-N.ledger` (with the `record_ledger` option): a line "step epoch source start"
+  per minibatch of every step it applied (every member's: the ids ride the allreduce);
 - `worker-N.jsonl`: its state's checksum (SHA-256 of weights and optimizer slots) when
   it enters the group, after every switch or recovery, and at its end.
 
@@ -25,15 +25,19 @@ Minibatch = tuple[int, int, int]  # (epoch, source, start)
 class ReplicaRecords:
     """One member's writer."""
 
-    def __init__(self, job_dir: Path, worker: int):
+    def __init__(self, job_dir: Path, worker: int, ledger: bool):
         directory = job_dir / "replicas"
         directory.mkdir(exist_ok=True)
         self.worker = worker
-        self._ledger = open(directory / f"worker-{worker}.ledger", "a", buffering=1)  # noqa: SIM115
+        self._ledger = None  # (a line per minibatch: kept only with record_ledger)
+        if ledger:
+            path = directory / f"worker-{worker}.ledger"
+            self._ledger = open(path, "a", buffering=1)  # noqa: SIM115
         self._checksums = directory / f"worker-{worker}.jsonl"
 
     def applied(self, step: int, minibatches: list[Minibatch]) -> None:
-        self._ledger.write("".join(f"{step} {e} {s} {b}\n" for e, s, b in minibatches))
+        if self._ledger is not None:
+            self._ledger.write("".join(f"{step} {e} {s} {b}\n" for e, s, b in minibatches))
 
     def checksum(
         self, event: str, version: int, step: int, checksum: str, learning_rate: float | None
