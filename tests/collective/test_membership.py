@@ -83,3 +83,20 @@ def test_a_dead_member_blocks_growth_until_the_survivors_recover_and_joiners_com
     recovery = membership.report(1, Report(1, 9, True))
     assert [w for w, _ in recovery.group.members] == [0, 1, 5]
     assert recovery.lost == (2,) and recovery.group.version == 2
+
+
+def test_a_failure_while_members_switch_to_a_join_is_one_decision_for_both_versions():
+    membership = Membership()
+    for w in (0, 1, 2):
+        membership.join(w, f"h:{w}")
+    membership.propose()
+    membership.join(7, "h:7")
+    assert membership.propose().version == 2  # members switch to it one by one ...
+    membership.dead(1)  # ... when worker 1 dies: 0 was still in version 1, 2 and 7 in 2
+    assert membership.report(1, Report(0, 9, False)) is None
+    assert membership.report(2, Report(2, 10, True)) is None
+    recovery = membership.report(2, Report(7, 10, False))
+    assert recovery is membership.report(1, Report(0, 9, False))  # asked again: the same
+    assert [w for w, _ in recovery.group.members] == [0, 2, 7]
+    assert (recovery.step, recovery.source, recovery.behind) == (10, 2, (0,))
+    assert recovery.lost == (1,) and recovery.joiners == ()

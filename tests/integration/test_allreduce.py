@@ -57,7 +57,7 @@ def test_three_replicas_train_digits_to_90_percent_identically(job_home):
 
 def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_home):
     rng = fault_rng("allreduce-kill")
-    epochs = 20
+    epochs = 30
     job, (x, _), (xt, yt) = digits_job(
         workers=3, epochs=epochs, strategy="allreduce", loss=_paced_loss
     )
@@ -100,7 +100,7 @@ def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_
 
 def test_a_member_that_hangs_is_found_by_the_step_deadline_ended_and_replaced(job_home):
     rng = fault_rng("allreduce-hang")
-    epochs = 20
+    epochs = 30
     # No evaluation: a step after which a member evaluates is allowed to be slow, and the
     # stop should land on an ordinary step, whose deadline follows the step time.
     job, (x, _), (xt, yt) = digits_job(
@@ -132,7 +132,7 @@ def test_a_member_that_hangs_is_found_by_the_step_deadline_ended_and_replaced(jo
 
 
 def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):
-    epochs = 20
+    epochs = 30
     job, (x, _), _ = digits_job(
         workers=2, epochs=epochs, strategy="allreduce", lr_scaling="linear", loss=_paced_loss
     )

@@ -33,7 +33,7 @@ def test_worker_pods_train_in_a_ring_and_survive_a_deleted_pod_in_place(
 
     core = client.CoreV1Api(k8s_admin_client)
     rng = fault_rng("kubernetes-allreduce")
-    epochs = 15
+    epochs = 25
     (x, y), (xt, yt) = digits_split()
     job = edl.train(
         custom_model,

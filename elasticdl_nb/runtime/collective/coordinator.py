@@ -134,6 +134,7 @@ class GroupCoordinator:
     ) -> Recovery:
         deadline = time.monotonic() + timeout
         with self._changed:
+            version = self._membership.episode(version)
             first = self._first_report.setdefault(version, time.monotonic())
             if suspect is not None:
                 self._suspects.setdefault(version, set()).add(suspect)

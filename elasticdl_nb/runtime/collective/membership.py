@@ -15,6 +15,11 @@ Explicit transitions, no I/O (the master's RPC handlers call in; unit tests driv
   the new group (survivors, ring order kept), the step everyone must reach, and which
   survivor hands that step's result to those one step behind. Every survivor then
   applies the same update exactly once: nobody is rolled back, nobody applies twice.
+- A failure while members switch to a version made by a join or leave finds some of
+  them still in the old version and some in the new: reports are counted against the
+  newest version of that chain (`episode`), so there is one decision for all of them,
+  and every member of it that is alive must report (a joiner that never got the model
+  does not, and is out at the deadline).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class Recovery:
     source: int | None  # the survivor that sends step `step`'s result (None: nobody behind)
     behind: tuple[int, ...]  # survivors that have not applied step `step` yet
     lost: tuple[int, ...]  # members of the old version that are out
+    joiners: tuple[int, ...] = ()  # members of `group` that get the model from a survivor
 
 
 class Membership:
@@ -49,6 +55,7 @@ class Membership:
         self._dead: set[int] = set()
         self._reports: dict[int, dict[int, Report]] = {}  # version -> worker -> report
         self._decided: dict[int, Recovery] = {}  # version -> what its survivors do
+        self._switched: set[int] = set()  # versions made by a join or leave (propose)
 
     @property
     def current(self) -> Group:
@@ -78,7 +85,9 @@ class Membership:
         members += sorted(self._joining.items())
         self._joining.clear()
         self._leaving.clear()
-        return self._new_version(members)
+        group = self._new_version(members)
+        self._switched.add(group.version)
+        return group
 
     # ------------------------------------------------------------------ failure
 
@@ -87,27 +96,37 @@ class Membership:
         self._dead.add(worker)
         self._joining.pop(worker, None)
 
+    def episode(self, version: int) -> int:
+        """The version a failure in `version` is decided for: the newest one made from
+        it by joins and leaves alone (members switch to those one by one)."""
+        while version + 1 in self._switched:
+            version += 1
+        return version
+
     def report(self, version: int, report: Report) -> Recovery | None:
         """A survivor's account after PeerLost in group `version`: the Recovery once
-        every live member of that version has reported (and to anyone asking later),
-        else None (ask again)."""
+        every live member has reported (and to anyone asking later), else None (ask
+        again)."""
+        version = self.episode(version)
         if version in self._decided:
             return self._decided[version]
         reports = self._reports.setdefault(version, {})
         reports[report.worker] = report
-        members = {w for w, _ in self.groups[version].members}
-        if members - self._dead <= set(reports):
+        if not self.missing(version):
             return self._decide(version)
         return None
 
     def missing(self, version: int) -> set[int]:
-        """Members of `version` that are neither known dead nor have reported."""
+        """Members that are neither known dead nor have reported, after a failure in
+        `version`."""
+        version = self.episode(version)
         members = {w for w, _ in self.groups[version].members}
         return members - self._dead - set(self._reports.get(version, {}))
 
     def settle(self, version: int) -> Recovery | None:
         """Decide with the reports at hand: the master's deadline has passed, and whoever
         has not reported is out. None if nobody has reported."""
+        version = self.episode(version)
         if version in self._decided:
             return self._decided[version]
         return self._decide(version) if self._reports.get(version) else None
@@ -125,13 +144,8 @@ class Membership:
                    if reports[w].completed_step == step and reports[w].holds_result]  # fmt: skip
         if behind and not holders:
             raise AssertionError(f"step {step} was applied but no survivor holds its result")
-        # Workers admitted to a newer version that never started (or waiting to join)
-        # come along: they get the state from a survivor like any joiner.
-        survivor_ids = {w for w, _ in survivors}
-        joiners = [m for m in self.current.members
-                   if m[0] not in survivor_ids and m[0] not in self._dead
-                   and m[0] not in {w for w, _ in old}]  # fmt: skip
-        joiners += sorted(self._joining.items())
+        # Workers waiting to join come along: they get the model from a survivor.
+        joiners = sorted(self._joining.items())
         self._joining.clear()
         self._decided[version] = Recovery(
             group=self._new_version(survivors + joiners),
@@ -139,6 +153,7 @@ class Membership:
             source=holders[0] if behind else None,
             behind=behind,
             lost=tuple(w for w, _ in old if w not in {s for s, _ in survivors}),
+            joiners=tuple(w for w, _ in joiners),
         )
         return self._decided[version]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from elasticdl_nb.runtime.collective.coordinator import GroupCoordinator
 from elasticdl_nb.runtime.collective.membership import Recovery, Report
-from elasticdl_nb.runtime.collective.ring import Group
+from elasticdl_nb.runtime.collective.ring import Group, PeerLost
 from elasticdl_nb.runtime.master.tasks import TaskQueue
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 
@@ -77,26 +77,33 @@ class AllreduceGroup:
             self._unreported[r.version].extend(r.unreported)
         report = Report(r.worker_id, r.completed_step, r.holds_result)
         suspect = r.suspect if r.suspect >= 0 else None
-        recovery = self.coordinator.report_lost(
-            r.version, report, AGREE_TIMEOUT, suspect=suspect, cause=r.cause
-        )
+        try:
+            recovery = self.coordinator.report_lost(
+                r.version, report, AGREE_TIMEOUT, suspect=suspect, cause=r.cause
+            )
+        except AssertionError as exc:  # e.g. the only holder of a step died in recovery
+            self._fail(f"the allreduce group cannot recover consistently: {exc}")
+            raise PeerLost(None, str(exc)) from None
         with self._lock:
-            if r.version not in self._recovered:
-                self._recovered.add(r.version)
-                self._carry_out(r.version, recovery)
+            if recovery.group.version not in self._recovered:  # once per decision
+                self._recovered.add(recovery.group.version)
+                self._carry_out(recovery)
         return pb.RecoveryPlan(
             group=group_message(recovery.group),
             step=recovery.step,
             source=-1 if recovery.source is None else recovery.source,
             behind=list(recovery.behind),
             lost=list(recovery.lost),
+            joiners=list(recovery.joiners),
         )
 
-    def _carry_out(self, version: int, recovery: Recovery) -> None:
-        """Under the master's lock, once per broken version: what the survivors applied
-        is done; the rest of the lost members' tasks goes back to the queue."""
+    def _carry_out(self, recovery: Recovery) -> None:
+        """Under the master's lock, once per decision: what the survivors applied is
+        done; the rest of the lost members' tasks goes back to the queue."""
         applied: dict[int, list[int]] = defaultdict(list)
-        for m in self._unreported.pop(version, []):
+        accounts = [m for reports in self._unreported.values() for m in reports]
+        self._unreported.clear()  # (survivors report again only after this decision)
+        for m in accounts:
             if m.step <= recovery.step:
                 applied[m.task_id].append(m.start)
         for task_id, starts in applied.items():

@@ -135,7 +135,10 @@ class Lockstep:
         else:
             self._receive_state()
             group = _group(self.master.GetGroup(pb.GroupRequest(version=self._state_version)))
-        self._connect(group)
+        try:
+            self._connect(group)
+        except PeerLost as exc:  # it holds the model now: it recovers like the others
+            self._recover(exc)
         self._record("entered")
         self.feed = TaskFeed(self.master, self.me)
         threading.Thread(target=self._poll_versions, daemon=True, name="group-poll").start()
@@ -369,8 +372,16 @@ class Lockstep:
 
     def _recover(self, lost: PeerLost) -> None:
         """Agree on the survivors with the master, bring this replica to the agreed step,
-        and connect the new ring."""
+        and connect the new ring; again if another member is lost meanwhile."""
         since = time.monotonic()
+        while True:
+            try:
+                self._recover_once(lost, since)
+                return
+            except PeerLost as again:
+                lost = again
+
+    def _recover_once(self, lost: PeerLost, since: float) -> None:
         log.warning("group %d broke at step %d: %s", self.group.version, self.step + 1, lost)
         if self.ring:
             self.ring.close()
@@ -392,6 +403,9 @@ class Lockstep:
         new = _group(plan.group)
         if self.me not in {w for w, _ in new.members}:
             raise SystemExit(f"worker {self.me} is out of the group after a failure")
+        # From here on this member is in the new version: a failure before its first step
+        # is reported for it (the old version's decision is made, and stays made).
+        self.group = new
         if self.me in plan.behind:
             # The step that broke here completed elsewhere, with this member's minibatch.
             step, summed, table = self._receive_result(plan, new)
@@ -406,9 +420,8 @@ class Lockstep:
                     [np.array([step]), summed, table], RING_TIMEOUT,
                 )  # fmt: skip
         self._report_through(plan.step)
-        old_ids = {w for w, _ in self.group.members}
         self._change = (since, "failure")
-        self._send_state(new, old_ids)
+        self._send_state(new, {w for w, _ in new.members} - set(plan.joiners))
         self._connect(new)
         self._record("recovered")
 
