@@ -61,8 +61,9 @@ class AllreduceGroup:
         self._lock, self._queue = lock, queue  # the master's lock guards the queue
         self._release, self._fail, self._kill = release, fail, kill
         self._deferred: dict[int, float] = {}  # dead member -> when it died
-        self._unreported: dict[int, list[pb.StepMinibatch]] = defaultdict(list)
-        self._recovered: set[int] = set()  # versions whose recovery was carried out
+        # Survivors' accounts of minibatches they applied and had not reported yet.
+        self._unreported: list[pb.StepMinibatch] = []
+        self._recovered: set[int] = set()  # decisions carried out, by the version they made
 
     # ------------------------------------------------------------------ RPCs
 
@@ -74,7 +75,7 @@ class AllreduceGroup:
 
     def report_lost(self, r: pb.LostReport) -> pb.RecoveryPlan:
         with self._lock:
-            self._unreported[r.version].extend(r.unreported)
+            self._unreported.extend(r.unreported)
         report = Report(r.worker_id, r.completed_step, r.holds_result)
         suspect = r.suspect if r.suspect >= 0 else None
         try:
@@ -101,8 +102,7 @@ class AllreduceGroup:
         """Under the master's lock, once per decision: what the survivors applied is
         done; the rest of the lost members' tasks goes back to the queue."""
         applied: dict[int, list[int]] = defaultdict(list)
-        accounts = [m for reports in self._unreported.values() for m in reports]
-        self._unreported.clear()  # (survivors report again only after this decision)
+        accounts, self._unreported = self._unreported, []  # (the next come after this)
         for m in accounts:
             if m.step <= recovery.step:
                 applied[m.task_id].append(m.start)
