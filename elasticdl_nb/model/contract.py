@@ -40,6 +40,18 @@ class ModelContract:
     eval_metrics_fn: Callable[[], Mapping[str, Any]] | None = None
     callbacks: Callable[[], list] | None = None
 
+    def build_model(self) -> Any:
+        """A fresh Keras model from `custom_model()`; ContractError if it is not one."""
+        import keras
+
+        model = self.custom_model()
+        if not isinstance(model, keras.Model):
+            raise ContractError(
+                f"custom_model() returned {type(model).__name__}, not a Keras "
+                "model: return e.g. keras.Sequential([...]) or keras.Model(...)."
+            )
+        return model
+
     @classmethod
     def from_namespace(
         cls,

@@ -14,22 +14,11 @@ from elasticdl_nb.runtime.worker.replica_records import read_checksums, replica_
 from tests.conftest import job_processes
 from tests.integration.dashboards import rendered_dashboard
 from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
-from tests.integration.models import DIGITS, accuracy, digits_job
+from tests.integration.models import accuracy, digits_job, paced_loss
 
 pytestmark = pytest.mark.slow
 
 BATCH = 32
-
-
-def _paced_loss(labels, predictions):
-    """The digits loss, each step taking at least 50 ms: the job must still be running
-    when a relaunched or added worker has started (~6 s) and joins."""
-    import time
-
-    import tensorflow as tf
-
-    pause = tf.py_function(lambda: (time.sleep(0.05), 0.0)[1], [], tf.float32)
-    return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
 
 
 def _groups(events) -> list[dict]:
@@ -59,7 +48,7 @@ def test_sigkill_of_a_member_mid_collective_the_survivors_carry_on_in_place(job_
     rng = fault_rng("allreduce-kill")
     epochs = 30
     job, (x, _), (xt, yt) = digits_job(
-        workers=3, epochs=epochs, strategy="allreduce", loss=_paced_loss
+        workers=3, epochs=epochs, strategy="allreduce", loss=paced_loss
     )
     kill_at = rng.randint(20, 200)  # minibatches; a step holds three
     victim = rng.randrange(3)
@@ -104,7 +93,7 @@ def test_a_member_that_hangs_is_found_by_the_step_deadline_ended_and_replaced(jo
     # No evaluation: a step after which a member evaluates is allowed to be slow, and the
     # stop should land on an ordinary step, whose deadline follows the step time.
     job, (x, _), (xt, yt) = digits_job(
-        workers=3, epochs=epochs, strategy="allreduce", loss=_paced_loss, evaluate=False
+        workers=3, epochs=epochs, strategy="allreduce", loss=paced_loss, evaluate=False
     )
     at = rng.randint(30, 200)
     victim = rng.randrange(3)
@@ -134,7 +123,7 @@ def test_a_member_that_hangs_is_found_by_the_step_deadline_ended_and_replaced(jo
 def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):
     epochs = 30
     job, (x, _), _ = digits_job(
-        workers=2, epochs=epochs, strategy="allreduce", lr_scaling="linear", loss=_paced_loss
+        workers=2, epochs=epochs, strategy="allreduce", lr_scaling="linear", loss=paced_loss
     )
     wait_for_step(job, 20)
     job.scale(3)

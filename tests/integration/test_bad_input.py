@@ -37,6 +37,15 @@ def test_a_model_function_that_raises_is_reported_with_its_error(job_home, digit
     _nothing_launched(job_home)
 
 
+def test_a_model_function_that_returns_no_keras_model_says_what_to_return(job_home, digits):
+    def custom_model():
+        return {"layers": 2}
+
+    with pytest.raises(ContractError, match="returned dict, not a Keras model: return e.g."):
+        edl.train(custom_model, **DIGITS, data=digits, strategy="allreduce")
+    _nothing_launched(job_home)
+
+
 def test_a_loss_of_the_wrong_shape_names_both_shapes(job_home, digits):
     def broadcasting_loss(labels, predictions):
         import tensorflow as tf

@@ -9,21 +9,10 @@ import pytest
 import elasticdl_nb as edl
 from elasticdl_nb.runtime.worker.replica_records import read_checksums, replica_problems
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
-from tests.integration.models import DIGITS, custom_model, digits_split
+from tests.integration.models import DIGITS, custom_model, digits_split, paced_loss
 from tests.kubernetes.job_pods import k8s_options, pods, running_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
-
-
-def _paced_loss(labels, predictions):
-    """The digits loss with each step taking at least 50 ms: the job must still train
-    when the replacement pod has started and joins."""
-    import time
-
-    import tensorflow as tf
-
-    pause = tf.py_function(lambda: (time.sleep(0.05), 0.0)[1], [], tf.float32)
-    return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
 
 
 def test_worker_pods_train_in_a_ring_and_survive_a_deleted_pod_in_place(
@@ -37,7 +26,7 @@ def test_worker_pods_train_in_a_ring_and_survive_a_deleted_pod_in_place(
     (x, y), (xt, yt) = digits_split()
     job = edl.train(
         custom_model,
-        **{**DIGITS, "loss": _paced_loss},
+        **{**DIGITS, "loss": paced_loss},
         data=(x, y),
         validation_data=(xt, yt),
         workers=3,

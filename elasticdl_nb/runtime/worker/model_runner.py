@@ -50,13 +50,7 @@ def _unique_names(variables) -> list[str]:
 class ModelRunner:
     def __init__(self, contract: ModelContract):
         self.contract = contract
-        model = contract.custom_model()
-        if not isinstance(model, keras.Model):
-            raise ContractError(
-                f"custom_model() returned {type(model).__name__}, not a Keras "
-                "model: return e.g. keras.Sequential([...]) or keras.Model(...)."
-            )
-        self.model = model
+        self.model = model = contract.build_model()
         self._tables = [
             layer
             for layer in model._flatten_layers(include_self=False)

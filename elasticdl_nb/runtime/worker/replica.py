@@ -28,13 +28,7 @@ from elasticdl_nb.runtime.compiled_call import CompiledCall
 class Replica:
     def __init__(self, contract: ModelContract):
         self.contract = contract
-        model = contract.custom_model()
-        if not isinstance(model, keras.Model):
-            raise ContractError(
-                f"custom_model() returned {type(model).__name__}, not a Keras "
-                "model: return e.g. keras.Sequential([...]) or keras.Model(...)."
-            )
-        self.model = model
+        self.model = contract.build_model()
         self.optimizer = contract.optimizer()
         self.built = False
         self._gradients: CompiledCall | None = None
