@@ -53,6 +53,14 @@ def metric_states(metrics: Mapping[str, Any]) -> dict[str, list[np.ndarray]]:
     return {name: [np.asarray(v.numpy()) for v in m.variables] for name, m in metrics.items()}
 
 
+def take_metric_states(metrics: Mapping[str, Any]) -> dict[str, list[np.ndarray]]:
+    """The metrics' states since the last call (an evaluation task's), then reset them."""
+    states = metric_states(metrics)
+    for metric in metrics.values():
+        metric.reset_state()
+    return states
+
+
 def merged_results(contract: ModelContract, states: Mapping[str, list[np.ndarray]]) -> dict:
     """Metric values from states already summed over all evaluation tasks."""
     results = {}

@@ -22,7 +22,6 @@ every member has applied it); see runtime/master/allreduce_group.py for why.
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 import threading
 import time
@@ -35,13 +34,14 @@ import numpy as np
 
 from elasticdl_nb.model import load_bundle
 from elasticdl_nb.model.contract import Mode
+from elasticdl_nb.model.metrics import take_metric_states
 from elasticdl_nb.runtime.collective.handoff import receive_arrays, receive_state, send_arrays
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost, Ring, RingListener
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.tensors import to_tensor
 from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
+from elasticdl_nb.runtime.worker.export import save_model
 from elasticdl_nb.runtime.worker.replica import Replica
 from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -443,18 +443,10 @@ class Lockstep:
             r = task.range
             for batch in self.eval_batches.batches(r.source, r.start, r.end, Mode.EVALUATION):
                 self.replica.eval_step(batch.features, batch.labels)
-            states = [
-                pb.MetricState(name=name, variables=[to_tensor(v) for v in values])
-                for name, values in self.replica.take_metric_states().items()
-            ]
+            states = take_metric_states(self.replica.metrics)
             self.reporter.task_done(task.task_id, states, wait=False)
         elif task.type == pb.EXPORT:
-            path = Path(task.export_path)
-            partial = path.with_name(f"partial-{self.me}-{path.name}")
-            self.replica.model.save(partial)
-            os.replace(partial, path)
-            self.replica.model.save_weights(path.with_name("model.weights.h5"))
-            log.info("exported the model to %s", path)
+            save_model(self.replica.model, Path(task.export_path), self.me)
             self.reporter.task_done(task.task_id, wait=False)
 
     # ================================================================== start and end

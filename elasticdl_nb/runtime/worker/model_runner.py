@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from elasticdl_nb.model.contract import ContractError, ModelContract
-from elasticdl_nb.model.metrics import make_eval_metrics, metric_states
+from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 
 
@@ -276,10 +276,3 @@ class ModelRunner:
 
     def eval_step(self, features: Any, labels: Any) -> None:
         self._evaluate(features, labels)
-
-    def take_metric_states(self) -> dict[str, list[np.ndarray]]:
-        """The metrics' states since the last call, then reset them."""
-        states = metric_states(self.metrics)
-        for metric in self.metrics.values():
-            metric.reset_state()
-        return states

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from elasticdl_nb.model.contract import ContractError, ModelContract
-from elasticdl_nb.model.metrics import make_eval_metrics, metric_states
+from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 
 
@@ -122,12 +122,6 @@ class Replica:
 
     def eval_step(self, features: Any, labels: Any) -> None:
         self._evaluate(features, labels)
-
-    def take_metric_states(self) -> dict[str, list[np.ndarray]]:
-        states = metric_states(self.metrics)
-        for metric in self.metrics.values():
-            metric.reset_state()
-        return states
 
     # ------------------------------------------------------------------ state
 

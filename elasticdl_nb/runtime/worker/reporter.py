@@ -6,9 +6,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
+
+import numpy as np
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.tensors import to_tensor
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -70,7 +74,7 @@ class Reporter:
     def task_done(
         self,
         task_id: int,
-        metric_states=None,
+        metric_states: Mapping[str, list[np.ndarray]] | None = None,
         timing: pb.TaskTiming | None = None,
         wait: bool = True,
     ) -> None:
@@ -81,8 +85,8 @@ class Reporter:
             report.task_done = True
             if timing is not None:
                 report.timing.CopyFrom(timing)
-            for state in metric_states or ():
-                report.metric_states.append(state)
+            for name, values in (metric_states or {}).items():
+                report.metric_states.add(name=name, variables=[to_tensor(v) for v in values])
         if wait:
             self.flush()
         else:

@@ -9,7 +9,6 @@ separate push and pull.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -20,10 +19,11 @@ import grpc
 from elasticdl_nb.data import DataError
 from elasticdl_nb.model import load_bundle
 from elasticdl_nb.model.contract import Mode
+from elasticdl_nb.model.metrics import take_metric_states
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol.tensors import to_tensor
 from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
+from elasticdl_nb.runtime.worker.export import save_model
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PsUnavailable, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -214,20 +214,12 @@ class Trainer:
             self._ensure_built(batch.features)
             self._pull_into_model(batch.features)
             self.runner.eval_step(batch.features, batch.labels)
-        states = []
-        for name, values in self.runner.take_metric_states().items():
-            states.append(pb.MetricState(name=name, variables=[to_tensor(v) for v in values]))
-        self.reporter.task_done(task.task_id, states)
+        self.reporter.task_done(task.task_id, take_metric_states(self.runner.metrics))
 
     def _export(self, task: pb.Task) -> None:
         if not self.runner.built:
             self._ensure_built(first_batch(self.train_batches, Mode.TRAINING).features)
         dense, rows = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
         self.runner.load(dense, rows)
-        path = Path(task.export_path)
-        partial = path.with_name(f"partial-{self.worker_id}-{path.name}")
-        self.runner.model.save(partial)
-        os.replace(partial, path)  # whoever opens model.keras sees a whole file
-        self.runner.model.save_weights(path.with_name("model.weights.h5"))
-        log.info("exported the model to %s", path)
+        save_model(self.runner.model, Path(task.export_path), self.worker_id)
         self.reporter.task_done(task.task_id)
