@@ -8,7 +8,7 @@ Issue 3's target: p99 < 250 ms at 1,000 events/s.
 ours      A driver process plays the master: it builds the master's real `Journal`
           (writing `events.jsonl`), a real `JobMaster` (no data, no PS, no instances; its
           coordinator is not started) and the real `MasterService`, served by
-          `make_server(token)` with the job's token, and registers itself in
+          `make_server(token, "master")` with the job's token, and registers itself in
           `master.json` of a job created with the real registry under a temporary
           ELASTICDL_NB_HOME. This process then reads the stream through the public SDK,
           `edl.attach(name).events(follow=True)`. Once the stream delivers the driver's
@@ -95,17 +95,17 @@ def serve_journal(job_dir: Path, rate: float, seconds: float) -> dict:
     from elasticdl_nb.runtime.master.service import MasterService
     from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
     from elasticdl_nb.runtime.protocol.auth import token_from_env
-    from elasticdl_nb.runtime.protocol.channels import make_server
+    from elasticdl_nb.runtime.protocol.channels import listen, make_server
     from elasticdl_nb.spec import JobSpec
 
     token = token_from_env()
     journal = Journal(job_dir / "events.jsonl")
     master = JobMaster(JobSpec(), job_dir.name, journal, [], [], [], token, job_dir, None)
-    server = make_server(token, threads=64)
+    server = make_server(token, "master", threads=64)
     rpc.add_MasterServicer_to_server(MasterService(master), server)
-    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    address = f"127.0.0.1:{listen(server, '127.0.0.1:0')}"
     server.start()
-    write_json(job_dir / "master.json", {"address": address, "pid": os.getpid(), "ps": []})
+    write_json(job_dir / "master.json", {"address": address, "pid": os.getpid()})
     journal.append("job_state", state="running", reason="started")
     print("ready", flush=True)
     sys.stdin.readline()  # the client has received the first event: its stream is live

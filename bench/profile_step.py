@@ -59,7 +59,7 @@ from elasticdl_nb.model import load_bundle, write_bundle  # noqa: E402
 from elasticdl_nb.runtime.process_env import ProcessEnv  # noqa: E402
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb  # noqa: E402
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc  # noqa: E402
-from elasticdl_nb.runtime.protocol.channels import make_server  # noqa: E402
+from elasticdl_nb.runtime.protocol.channels import listen, make_server  # noqa: E402
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir  # noqa: E402
 from elasticdl_nb.runtime.ps.service import ParameterServerService  # noqa: E402
 from elasticdl_nb.runtime.ps.store import ParameterStore  # noqa: E402
@@ -324,7 +324,7 @@ def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
 
 def new_trainer(job: Path, addr: str) -> Trainer:
     env = ProcessEnv(TOKEN, job, "", (addr,))
-    return Trainer(env, 0, _Reporter())
+    return Trainer(env, 0, _Reporter(), lambda: [addr])
 
 
 def profile_phases(job, n_records, batch, per_task, steps, warmup):
@@ -351,9 +351,9 @@ def profile_plain(job, n_records, batch, per_task, steps, warmup, grpc_server: b
     service = ParameterServerService(store, _noop_update, lambda: (0, ""))
     server = None
     if grpc_server:
-        server = make_server(TOKEN)
+        server = make_server(TOKEN, "ps-0")
         rpc.add_ParameterServerServicer_to_server(service, server)
-        port = server.add_insecure_port("127.0.0.1:0")
+        port = listen(server, "127.0.0.1:0")
         server.start()
         trainer = new_trainer(job, f"127.0.0.1:{port}")
     else:
@@ -393,14 +393,14 @@ _ECHO_SERVER = r"""
 import sys, threading
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import make_server
+from elasticdl_nb.runtime.protocol.channels import listen, make_server
 reply = pb.PushPullResponse.FromString(open(sys.argv[2], "rb").read())
 class Echo(rpc.ParameterServerServicer):
     def PushPull(self, request, context):
         return reply
-server = make_server(sys.argv[1])
+server = make_server(sys.argv[1], "ps-0")
 rpc.add_ParameterServerServicer_to_server(Echo(), server)
-port = server.add_insecure_port("127.0.0.1:0")
+port = listen(server, "127.0.0.1:0")
 server.start()
 print(port, flush=True)
 sys.stdin.read()  # until the parent closes stdin
@@ -427,7 +427,7 @@ def profile_grpc_round_trip(
     )
     try:
         port = int(child.stdout.readline())
-        stub = rpc.ParameterServerStub(open_channel(f"127.0.0.1:{port}", TOKEN))
+        stub = rpc.ParameterServerStub(open_channel(f"127.0.0.1:{port}", TOKEN, "ps-0"))
         for _ in range(30):
             stub.PushPull.future(request, timeout=30).result()
         t0 = time.perf_counter()

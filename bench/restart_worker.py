@@ -61,7 +61,7 @@ def main() -> None:
         saved = np.load(checkpoint)
         step = int(saved["step"])
         replica.set_state([saved[f"a{i}"] for i in range(len(saved.files) - 1)])
-    listener = RingListener("127.0.0.1", TOKEN, port=ports[args.rank])
+    listener = RingListener("127.0.0.1", TOKEN, args.rank, port=ports[args.rank])
     group = Group(args.incarnation, tuple((r, f"127.0.0.1:{p}") for r, p in enumerate(ports)))
     ring = Ring(group, args.rank, listener, TOKEN, timeout=120)
     batches = len(x) // BATCH

@@ -149,11 +149,6 @@ def stop(*procs: subprocess.Popen) -> None:
     terminate(list(procs), 10)
 
 
-def free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
-
-
 def make_job_dir(root: Path) -> Path:
     """A single-PS job's directory, as the local backend writes it (no data is read)."""
     from elasticdl_nb.model.bundle import write_bundle
@@ -168,42 +163,45 @@ def make_job_dir(root: Path) -> Path:
 
 
 class StubMaster:
-    """Our gRPC server with the job token, answering only the PS's ReportPsReady."""
+    """Our gRPC server with the job token, answering only the PS's ReportPsReady (one PS
+    per stub master): it keeps the address the PS bound."""
 
     def __init__(self, token: str):
         from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
         from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-        from elasticdl_nb.runtime.protocol.channels import make_server
+        from elasticdl_nb.runtime.protocol.channels import listen, make_server
 
-        self.ready = threading.Semaphore(0)
-        ready = self.ready
+        self.ready = threading.Event()
+        self.ps_address = ""
+        stub_master = self
 
         class Servicer(rpc.MasterServicer):
             def ReportPsReady(self, request: Any, context: Any) -> Any:
-                ready.release()
+                stub_master.ps_address = request.address
+                stub_master.ready.set()
                 return pb.Empty()
 
-        self.server = make_server(token, threads=2)
+        self.server = make_server(token, "master", threads=2)
         rpc.add_MasterServicer_to_server(Servicer(), self.server)
-        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.address = f"127.0.0.1:{listen(self.server, '127.0.0.1:0')}"
         self.server.start()
 
-    def wait(self, procs: list[subprocess.Popen], timeout: float = 180) -> None:
-        """Until each of `procs` (PS processes) has reported ready."""
+    def wait(self, proc: subprocess.Popen, timeout: float = 180) -> str:
+        """The address of the PS `proc` once it has reported ready."""
         deadline = time.monotonic() + timeout
-        for _ in procs:
-            while not self.ready.acquire(timeout=0.2):
-                if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                    raise RuntimeError("a PS did not start; see its ps.log in the job dir")
+        while not self.ready.wait(timeout=0.2):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("a PS did not start; see its ps.log in the job dir")
+        return self.ps_address
 
 
-def start_ps(job_dir: Path, token: str, master_addr: str) -> tuple[subprocess.Popen, str]:
-    """`python -m elasticdl_nb.runtime.ps --id 0` with the environment a backend gives it."""
+def start_ps(job_dir: Path, token: str, master_addr: str) -> subprocess.Popen:
+    """`python -m elasticdl_nb.runtime.ps --id 0` with the environment a backend gives it
+    (it binds a port of its own and reports it to the master)."""
     from elasticdl_nb.runtime.lifeline import PARENT_ENV
     from elasticdl_nb.runtime.process_env import ProcessEnv
 
-    address = f"127.0.0.1:{free_port()}"
-    env = ProcessEnv(token, job_dir, master_addr, (address,)).to_environ()
+    env = ProcessEnv(token, job_dir, master_addr, ()).to_environ()
     env = harness.pinned_env({**env, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     with open(job_dir / "ps.log", "ab") as out:
         proc = subprocess.Popen(
@@ -213,7 +211,7 @@ def start_ps(job_dir: Path, token: str, master_addr: str) -> tuple[subprocess.Po
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    return proc, address
+    return proc
 
 
 class OursClient:
@@ -222,7 +220,7 @@ class OursClient:
         from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 
         self.payload = PushPayload
-        self.client = PsClient((address,), token)
+        self.client = PsClient(lambda: [address], token)
         self.client.set_model([("w", value, False)])
         self.client.initialize()
         self.client.exchange(None, {})  # learn the version
@@ -311,25 +309,26 @@ def main() -> None:
     details: dict[str, Any] = {"repeats": reps}
     tmp = Path(tempfile.mkdtemp(prefix="edl-transfer-"))
     procs: list[subprocess.Popen] = []
-    master = base = None
+    masters: dict[int, StubMaster] = {}
+    base = None
     try:
-        master = StubMaster(token)
         base = SocketClient(harness.pinned_env())
         procs.append(base.proc)
         harness.log("starting one PS per size (1 PS per job, 3 jobs)")
         jobs = {size: make_job_dir(tmp / f"job-{size}mib") for size in SIZES_MB}
         servers = {}
         for size in SIZES_MB:
-            servers[size] = start_ps(jobs[size], token, master.address)
-            procs.append(servers[size][0])
-        master.wait(procs[1:])
+            masters[size] = StubMaster(token)
+            procs.append(start_ps(jobs[size], token, masters[size].address))
+        for size, proc in zip(SIZES_MB, procs[1:]):
+            servers[size] = masters[size].wait(proc)
         harness.log(f"all PS up after {time.monotonic() - began:.1f} s")
         rng = np.random.default_rng(0)
         values, grads = {}, {}
         for size in SIZES_MB:
             values[size] = rng.standard_normal(size * MB // 4, dtype=np.float32)
             grads[size] = rng.standard_normal(size * MB // 4, dtype=np.float32)
-            ours = OursClient(servers[size][1], token, values[size])
+            ours = OursClient(servers[size], token, values[size])
             laps = measure(ours, base, grads[size], reps[size])
             details[f"{size} MiB latency_s"] = {k: harness.stats(v) for k, v in laps.items()}
             for direction in ("push", "pull"):
@@ -362,7 +361,7 @@ def main() -> None:
         if base is not None:
             base.close()
         stop(*procs)
-        if master is not None:
+        for master in masters.values():
             master.server.stop(0)
         shutil.rmtree(tmp, ignore_errors=True)
     details["note"] = (

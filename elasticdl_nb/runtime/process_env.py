@@ -2,6 +2,10 @@
 
 Backends set these variables when they launch a process; the token is never put on the
 command line, where other local users could read it.
+
+The PS addresses are set only where they are fixed before a PS starts (on Kubernetes, a
+Service per PS); elsewhere each PS binds a port the OS gives it and tells the master, and
+workers ask the master where the PS are (GetPsAddresses).
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV, token_from_env
+from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.runtime.protocol.patience import Patience
 
 JOB_DIR_ENV = "ELASTICDL_NB_JOB_DIR"
 MASTER_ENV = "ELASTICDL_NB_MASTER_ADDR"
@@ -22,6 +29,12 @@ PS_ENV = "ELASTICDL_NB_PS_ADDRS"
 # port, so the bulk channel cannot take whatever port the OS picks.
 BIND_HOST_ENV = "ELASTICDL_NB_BIND_HOST"
 BULK_PORT_ENV = "ELASTICDL_NB_BULK_PORT"
+LOOPBACK = "127.0.0.1"
+
+# How long a worker or PS keeps calling a master that does not answer (paused, busy, or
+# restarting) before it gives up: long enough for a loaded machine, short enough that a
+# master that is really gone is noticed (locally its processes die with it anyway).
+MASTER_PATIENCE = Patience(seconds=120)
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,16 @@ class ProcessEnv:
             MASTER_ENV: self.master_addr,
             PS_ENV: ",".join(self.ps_addrs),
         }
+
+    def master(self) -> rpc.MasterStub:
+        """The job's master, with the patience every job process has for it."""
+        return rpc.MasterStub(open_channel(self.master_addr, self.token, "master", MASTER_PATIENCE))
+
+    def ps_listen_address(self, ps_id: int) -> tuple[str, str]:
+        """(where PS `ps_id` listens, its fixed address or "" when it is the port bound)."""
+        if self.ps_addrs:
+            return self.listen_address(self.ps_addrs[ps_id]), self.ps_addrs[ps_id]
+        return f"{self.bind_host or LOOPBACK}:0", ""
 
     def listen_address(self, address: str) -> str:
         """Where to listen to be reachable at `address`: its port, on the pod's IP when

@@ -21,8 +21,13 @@ from elasticdl_nb.runtime.master.journal import Event, read_journal_file
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.runtime.protocol.patience import Patience, PeerUnreachable
 
 TERMINAL = ("succeeded", "failed", "stopped")
+
+# How long a call from here waits out a master that does not answer (busy or paused)
+# before this process falls back to the job's files or reports the master unreachable.
+NOTEBOOK_PATIENCE = Patience(seconds=15)
 
 
 class JobFailed(RuntimeError):
@@ -82,7 +87,9 @@ class Job:
         if address is None:
             return None
         if self._stub is None or self._stub_address != address:
-            self._stub = rpc.MasterStub(open_channel(address, self._record.token))
+            self._stub = rpc.MasterStub(
+                open_channel(address, self._record.token, "master", NOTEBOOK_PATIENCE)
+            )
             self._stub_address = address
         return self._stub
 
@@ -94,8 +101,8 @@ class Job:
         if stub is not None:
             try:
                 return json.loads(stub.GetStatus(pb.Empty(), timeout=10).json)
-            except grpc.RpcError:
-                pass
+            except (grpc.RpcError, PeerUnreachable):
+                pass  # exiting, or unreachable: what its files say
         final = self._link.final_state()
         if final:
             return final
@@ -175,6 +182,8 @@ class Job:
             return json.loads(stub.Scale(pb.ScaleRequest(workers=workers), timeout=10).json)
         except grpc.RpcError as err:
             raise ValueError(f"Cannot scale job {self.name!r}: {err.details()}") from None
+        except PeerUnreachable as exc:
+            raise ValueError(f"Cannot scale job {self.name!r}: {exc}") from None
 
     def stop(self, timeout: float = 30.0) -> dict:
         """Stop the job and every process of it; returns the final status."""
@@ -182,8 +191,8 @@ class Job:
         if stub is not None:
             try:
                 stub.Stop(pb.StopRequest(reason="stopped by the user"), timeout=10)
-            except grpc.RpcError:
-                pass
+            except (grpc.RpcError, PeerUnreachable):
+                pass  # it is killed below
             deadline = time.monotonic() + timeout
             while self._master_running() and time.monotonic() < deadline:
                 time.sleep(0.1)

@@ -1,8 +1,10 @@
 """One member of a ring, as a process of its own (for the fault tests):
 
-    python -m tests.collective.ring_member GROUP_JSON WORKER_ID TOKEN
+    python -m tests.collective.ring_member WORKER_ID TOKEN
 
-It allreduces an 8 MB array step after step, printing `step N` after each, until a peer
+It listens on a port the OS gives it and prints `listening HOST:PORT`, reads the group
+(JSON: version and [worker, address] members) from a line of standard input, then
+allreduces an 8 MB array step after step, printing `step N` after each, until a peer
 is lost: then it prints `lost <unix time> <reason>` and exits 0.
 """
 
@@ -18,10 +20,11 @@ from elasticdl_nb.runtime.collective import Group, PeerLost, Ring, RingListener
 
 
 def main() -> None:
-    raw, me, token = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    me, token = int(sys.argv[1]), sys.argv[2]
+    listener = RingListener("127.0.0.1", token, me)
+    print(f"listening {listener.address}", flush=True)
+    raw = json.loads(sys.stdin.readline())
     group = Group(raw["version"], tuple((int(w), a) for w, a in raw["members"]))
-    host, port = dict(group.members)[me].rsplit(":", 1)
-    listener = RingListener(host, token, int(port))
     ring = Ring(group, me, listener, token, timeout=30)
     values = np.full(2_000_000, float(me + 1), np.float32)
     step = 0

@@ -23,7 +23,7 @@ def test_arrays_arrive_bit_for_bit():
         np.zeros((0, 3), np.float16),
         np.float32(7.5) * np.ones(()),
     ]
-    receiver = RingListener("127.0.0.1", TOKEN)
+    receiver = RingListener("127.0.0.1", TOKEN, 1)
     sender = threading.Thread(
         target=send_arrays, args=(receiver.address, TOKEN, 4, 0, 1, arrays, 10)
     )
@@ -38,7 +38,7 @@ def test_arrays_arrive_bit_for_bit():
 
 
 def test_a_handoff_that_never_comes_ends_at_the_deadline():
-    receiver = RingListener("127.0.0.1", TOKEN)
+    receiver = RingListener("127.0.0.1", TOKEN, 0)
     with pytest.raises(PeerLost, match="did not connect within 0.3 s"):
         receive_arrays(receiver, version=1, source=5, timeout=0.3)
     receiver.close()

@@ -27,7 +27,7 @@ SHAPES = [(3, 4), (1000,), (0,), (7,), (64, 33)]
 
 def run_group(size: int, steps: int) -> list[list[list[np.ndarray]]]:
     """Every member's results, step by step, each member in a thread of its own."""
-    listeners = {w: RingListener("127.0.0.1", TOKEN) for w in range(size)}
+    listeners = {w: RingListener("127.0.0.1", TOKEN, w) for w in range(size)}
     group = Group(1, tuple((w, listeners[w].address) for w in range(size)))
     results: dict[int, list] = {}
     errors: list[BaseException] = []
@@ -69,39 +69,41 @@ def test_the_sum_is_right_and_bit_identical_on_every_member(size):
                 assert outputs[w][i].tobytes() == outputs[0][i].tobytes()
 
 
-def test_a_connection_without_the_token_is_refused():
-    listener = RingListener("127.0.0.1", TOKEN)
+@pytest.mark.parametrize(
+    "token, meant", [("wrong-token", "worker-0"), (TOKEN, "worker-1")], ids=["token", "member"]
+)
+def test_a_connection_with_another_token_or_for_another_member_is_refused(token, meant):
+    listener = RingListener("127.0.0.1", TOKEN, 0)
     host, port = listener.address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         with pytest.raises(OSError):
-            greet(sock, "wrong-token")  # closed instead of READY
+            greet(sock, token, meant)  # closed instead of READY
     with pytest.raises(PeerLost, match="did not connect within"):
         listener.take(1, 0, timeout=0.5)
     listener.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
 def test_a_member_killed_mid_collective_is_noticed_by_every_survivor_at_once():
     rng = fault_rng("ring-kill")
     size = 4
-    group = {"version": 1, "members": [[w, f"127.0.0.1:{_free_port()}"] for w in range(size)]}
-    member = [sys.executable, "-m", "tests.collective.ring_member", json.dumps(group)]
+    member = [sys.executable, "-m", "tests.collective.ring_member"]
     procs = [
         subprocess.Popen(
             [*member, str(w), TOKEN],
             cwd=REPO,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for w in range(size)
     ]
     try:
+        # Each member listens on a port of its own and says which; then all learn the group.
+        members = [[w, proc.stdout.readline().split()[1]] for w, proc in enumerate(procs)]
+        for proc in procs:
+            proc.stdin.write(json.dumps({"version": 1, "members": members}) + "\n")
+            proc.stdin.flush()
         steps_before_kill = rng.randint(3, 12)
         victim = rng.randrange(size)
         for line in procs[victim].stdout:  # let the ring run a few steps
@@ -128,7 +130,7 @@ def test_a_member_killed_mid_collective_is_noticed_by_every_survivor_at_once():
 
 def test_news_one_member_has_reaches_every_member_within_the_same_step():
     size = 3
-    listeners = {w: RingListener("127.0.0.1", TOKEN) for w in range(size)}
+    listeners = {w: RingListener("127.0.0.1", TOKEN, w) for w in range(size)}
     group = Group(1, tuple((w, listeners[w].address) for w in range(size)))
     answers: dict[int, tuple] = {}
 

@@ -2,110 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import make_server
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
+from tests.integration.job_process import LEARNING_RATE, TOKEN, JobProcess, StubMaster
 
 pytestmark = pytest.mark.slow
-
-TOKEN = "bulk-test-token"
-LEARNING_RATE = 0.5
-MODEL_FILE = f"""import tensorflow as tf
-
-def custom_model():
-    return tf.keras.Sequential([tf.keras.layers.Dense(1)])
-
-def loss(labels, predictions):
-    return tf.reduce_mean(tf.square(labels - predictions))
-
-def optimizer():
-    return tf.keras.optimizers.SGD({LEARNING_RATE})
-"""
-
-
-class StubMaster:
-    """Answers the PS's ReportPsReady, the only master call a PS makes."""
-
-    def __init__(self):
-        self.ready = threading.Semaphore(0)
-        ready = self.ready
-
-        class Servicer(rpc.MasterServicer):
-            def ReportPsReady(self, request, context):
-                ready.release()
-                return pb.Empty()
-
-        self.server = make_server(TOKEN, threads=2)
-        rpc.add_MasterServicer_to_server(Servicer(), self.server)
-        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
-        self.server.start()
-
-
-class PsProcess:
-    """`python -m elasticdl_nb.runtime.ps --id 0` of a one-PS job, as a backend starts it."""
-
-    def __init__(self, job_dir: Path, master: StubMaster):
-        from elasticdl_nb.model.bundle import write_bundle
-        from elasticdl_nb.spec import JobSpec
-
-        job_dir.mkdir(parents=True)
-        spec = JobSpec.from_options(data=["unused"], ps=1, workers=1, checkpoint_steps=10**9)
-        (job_dir / "spec.json").write_text(spec.to_json())
-        (job_dir / "sgd_model.py").write_text(MODEL_FILE)
-        write_bundle(
-            job_dir / "bundle", model_zoo=str(job_dir / "sgd_model.py"), model_def="custom_model"
-        )
-        with socket.create_server(("127.0.0.1", 0)) as s:
-            self.address = f"127.0.0.1:{s.getsockname()[1]}"
-        self.job_dir, self.master, self.proc = job_dir, master, None
-
-    def start(self) -> None:
-        from elasticdl_nb.runtime.lifeline import PARENT_ENV
-        from elasticdl_nb.runtime.process_env import ProcessEnv
-
-        env = ProcessEnv(TOKEN, self.job_dir, self.master.address, (self.address,))
-        environ = {**os.environ, **env.to_environ(), PARENT_ENV: str(os.getpid())}
-        with open(self.job_dir / "ps.log", "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "elasticdl_nb.runtime.ps", "--id", "0"],
-                env=environ,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        for _ in range(600):
-            if self.master.ready.acquire(timeout=0.5):
-                return
-            assert self.proc.poll() is None, (self.job_dir / "ps.log").read_text()
-        raise AssertionError("the PS did not report ready")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture
 def ps(tmp_path):
     master = StubMaster()
-    ps = PsProcess(tmp_path / "job", master)
+    ps = JobProcess(tmp_path / "job", master)
     ps.start()
     yield ps
     ps.stop()
@@ -115,8 +29,8 @@ def ps(tmp_path):
 VALUE = np.random.default_rng(0).standard_normal((512, 1024), dtype=np.float32)  # 2 MiB
 
 
-def client_for(ps: PsProcess, bulk: bool) -> PsClient:
-    client = PsClient((ps.address,), TOKEN, give_up_after=120)
+def client_for(ps: JobProcess, bulk: bool) -> PsClient:
+    client = PsClient(lambda: [ps.master.ps_address], TOKEN, give_up_after=120)
     if not bulk:
         client.bulk_threshold = 1 << 62
     client.set_model([("w", VALUE, False), ("b", np.zeros(3, np.float32), False)])
@@ -181,7 +95,7 @@ def test_a_relaunched_ps_is_reached_again_over_the_bulk_channel(ps):
     ps.start()
     exchange.join(120)
     dense = result["dense"]
-    assert stub.GetBulkEndpoint(pb.Empty(), timeout=10).port != old_port
+    assert client.stubs[0].GetBulkEndpoint(pb.Empty(), timeout=10).port != old_port
     once = VALUE - np.float32(LEARNING_RATE)
     np.testing.assert_array_equal(dense["w"], once)
     assert client.versions[0] == 1

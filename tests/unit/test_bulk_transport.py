@@ -14,10 +14,9 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol.bulk import BulkClient, BulkError
 from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
 from elasticdl_nb.runtime.protocol.frames import (
-    HELLO,
     READY,
-    TOKEN_LEN,
     FrameError,
+    hello,
     recv_frame,
     send_frame,
 )
@@ -112,14 +111,16 @@ class Echo:
 @pytest.fixture
 def server():
     echo = Echo()
-    server = BulkServer("127.0.0.1", TOKEN, echo, timeout=5).start()
+    server = BulkServer("127.0.0.1", TOKEN, "ps-0", echo, timeout=5).start()
     server.echo = echo
     yield server
     server.stop()
 
 
-def client_of(server: BulkServer, token: str = TOKEN, timeout: float = 5) -> BulkClient:
-    return BulkClient("127.0.0.1", token, lambda: server.port, timeout=timeout)
+def client_of(
+    server: BulkServer, token: str = TOKEN, timeout: float = 5, peer: str = "ps-0"
+) -> BulkClient:
+    return BulkClient("127.0.0.1", token, peer, lambda: server.port, timeout=timeout)
 
 
 def test_exchanges_reuse_one_connection_per_thread_and_return_the_same_values(server):
@@ -160,10 +161,12 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
-@pytest.mark.parametrize("token", ["wrong", "s3cret-but-longer", ""])
-def test_a_wrong_token_is_refused_and_nothing_is_processed(server, token):
+@pytest.mark.parametrize(
+    "token, peer", [("wrong", "ps-0"), ("s3cret-but-longer", "ps-0"), ("", "ps-0"), (TOKEN, "ps-1")]
+)
+def test_a_wrong_token_or_another_ps_is_refused_and_nothing_is_processed(server, token, peer):
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(HELLO + TOKEN_LEN.pack(len(token)) + token.encode())
+        sock.sendall(hello(token, peer))
         request, out = request_of({"x": ARRAYS["small_i64"]})
         try:
             send_frame(sock, request.SerializeToString(), out)
@@ -171,7 +174,7 @@ def test_a_wrong_token_is_refused_and_nothing_is_processed(server, token):
             pass  # already closed
         assert _closed_by_peer(sock)
     with pytest.raises(BulkError) as refused:
-        client_of(server, token).push_pull(pb.PushPullRequest(batch_key=1))
+        client_of(server, token, peer=peer).push_pull(pb.PushPullRequest(batch_key=1))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert server.echo.calls == 0
 
@@ -185,7 +188,7 @@ def test_a_frame_without_the_hello_is_refused(server):
 
 def test_a_client_dying_mid_frame_is_dropped_without_processing(server):
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(HELLO + TOKEN_LEN.pack(len(TOKEN)) + TOKEN.encode())
+        sock.sendall(hello(TOKEN, "ps-0"))
         assert sock.recv(1) == READY
         request, out = request_of({"x": ARRAYS["big_f32"]})
         sock.sendall(frame_bytes(request.SerializeToString(), out)[:100_000])
@@ -207,7 +210,7 @@ class HalfServer:
 
     def _serve(self):
         conn, _ = self.listener.accept()
-        conn.recv(len(HELLO) + TOKEN_LEN.size + len(TOKEN))
+        conn.recv(len(hello(TOKEN, "ps-0")))
         conn.sendall(READY)
         recv_frame(conn, 5, 5)
         reply, out = pb.PushPullResponse(), []
@@ -224,7 +227,7 @@ class HalfServer:
 )
 def test_a_server_failing_mid_reply_raises_a_clear_error_without_hanging(then, code):
     peer = HalfServer(then)
-    client = BulkClient("127.0.0.1", TOKEN, lambda: peer.port, timeout=1)
+    client = BulkClient("127.0.0.1", TOKEN, "ps-0", lambda: peer.port, timeout=1)
     start = time.monotonic()
     with pytest.raises(BulkError) as failed:
         client.push_pull(pb.PushPullRequest(batch_key=1))

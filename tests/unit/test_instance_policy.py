@@ -96,3 +96,20 @@ def test_pending_too_long_is_journaled_a_worker_is_waited_for_a_ps_fails_the_job
         time.sleep(0.02)
     assert failures == ["PS 0 could not start within 0.2 s (ErrImagePull: denied); the job "
                         "cannot train without it."]  # fmt: skip
+
+
+def test_a_process_that_reached_the_wrong_server_fails_the_job_with_its_reason():
+    from elasticdl_nb.backends.instance_event import FAILED
+    from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
+
+    said = "the master at 127.0.0.1:4242 refused this job's token"
+    for role in ("worker", "ps"):
+        launcher, failures = Launcher([]), []
+        instances, journal = manager(
+            launcher, failures, log_tail=lambda r, i, lines: f"ERROR {said}"
+        )
+        instances.on_event(InstanceEvent(role, 0, FAILED, exit_code=WRONG_PEER_EXIT))
+        assert len(failures) == 1 and f"{role} 0 reached the wrong server" in failures[0]
+        assert said in failures[0]
+        assert "relaunch" not in kinds(journal)  # a replacement would meet the same server
+        assert launcher.launched.count((role, 0)) == 1

@@ -11,58 +11,13 @@ from __future__ import annotations
 import threading
 import time
 
-from elasticdl_nb.backends.instance_event import STARTED, InstanceEvent
-from elasticdl_nb.data import SourceInfo
-from elasticdl_nb.runtime.master.instances import InstanceManager
-from elasticdl_nb.runtime.master.job_master import JobMaster
-from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.backends.instance_event import InstanceEvent
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.spec import JobSpec
-
-
-class RecordingLauncher:
-    def __init__(self):
-        self.launched: list[tuple[str, int]] = []
-
-    def launch(self, role: str, instance_id: int) -> None:
-        self.launched.append((role, instance_id))
-
-    def kill(self, role: str, instance_id: int, force: bool = False) -> None:
-        pass
-
-    def shutdown(self, grace_seconds: float) -> None:
-        pass
+from tests.unit.masters import started_master
 
 
 def test_a_waiting_get_task_of_a_worker_that_died_meanwhile_gets_no_task(tmp_path):
-    spec = JobSpec.from_options(data=["x"], workers=2, minibatch_size=10, minibatches_per_task=1)
-    journal = Journal()
-    master = JobMaster(
-        spec,
-        "job",
-        journal,
-        train=[SourceInfo("train", "npy", 40)],
-        validation=[SourceInfo("validation", "npy", 20)],
-        ps_addrs=[],
-        token="t",
-        job_dir=tmp_path,
-        load_contract=None,
-    )
-    launcher = RecordingLauncher()
-    master.instances = InstanceManager(
-        launcher,
-        journal,
-        workers=2,
-        ps=0,
-        max_worker_relaunches=5,
-        max_ps_relaunches=5,
-        on_worker_lost=master.worker_lost,
-        on_job_failed=master.fail,
-        lock=master.lock,
-    )
-    master.instances.start()
-    for role, worker in launcher.launched:
-        master.instances.on_event(InstanceEvent(role, worker, STARTED, pid=100 + worker))
+    master = started_master(tmp_path, workers=2)
     master.epoch = 0  # training has begun, every task of it is handed out: the queue is empty
 
     answer: list[pb.Task] = []

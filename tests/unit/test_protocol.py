@@ -9,7 +9,7 @@ import pytest
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import make_server, open_channel
+from elasticdl_nb.runtime.protocol.channels import listen, make_server, open_channel
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
 
 
@@ -41,16 +41,16 @@ class _Status(rpc.MasterServicer):
 
 @pytest.fixture
 def server_address():
-    server = make_server("s3cret")
+    server = make_server("s3cret", "master")
     rpc.add_MasterServicer_to_server(_Status(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server, "127.0.0.1:0")
     server.start()
     yield f"127.0.0.1:{port}"
     server.stop(0)
 
 
 def test_calls_with_the_job_token_are_served(server_address):
-    stub = rpc.MasterStub(open_channel(server_address, "s3cret"))
+    stub = rpc.MasterStub(open_channel(server_address, "s3cret", "master"))
     assert stub.GetStatus(pb.Empty(), timeout=5).json == '{"ok": true}'
 
 
@@ -59,7 +59,7 @@ def test_calls_without_the_right_token_are_refused(server_address, token):
     channel = (
         grpc.insecure_channel(server_address)
         if token is None
-        else open_channel(server_address, token)
+        else open_channel(server_address, token, "master")
     )
     with pytest.raises(grpc.RpcError) as refused:
         rpc.MasterStub(channel).GetStatus(pb.Empty(), timeout=5)

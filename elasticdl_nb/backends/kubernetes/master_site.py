@@ -17,6 +17,7 @@ from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
 from elasticdl_nb.backends.kubernetes.launcher import PodLauncher
 from elasticdl_nb.runtime.process_env import BIND_HOST_ENV
+from elasticdl_nb.runtime.protocol.channels import listen
 from elasticdl_nb.spec import JobSpec
 
 
@@ -44,7 +45,7 @@ class KubernetesSite:
     def bind(self, server) -> str:
         """Listen on the pod's IP at the master's port; returns the address to advertise."""
         host = os.environ.get(BIND_HOST_ENV) or "0.0.0.0"
-        server.add_insecure_port(f"{host}:{m.MASTER_PORT}")
+        listen(server, f"{host}:{m.MASTER_PORT}")
         return self.address
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> PodLauncher:

@@ -26,13 +26,20 @@ from elasticdl_nb.backends.instance_event import (
     EventSink,
     InstanceEvent,
 )
+from elasticdl_nb.runtime.lifeline import PARENT_ENV
 
 
 class LocalProcesses:
     def __init__(self, job_dir: Path, env: dict[str, str], on_event: EventSink):
         self.log_dir = job_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._env = {**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+        self._env = {
+            **os.environ,
+            **env,
+            PARENT_ENV: str(os.getpid()),  # arms the lifeline: they die with this master
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
         self._on_event = on_event
         self._procs: dict[tuple[str, int], subprocess.Popen] = {}
         self._lock = threading.Lock()

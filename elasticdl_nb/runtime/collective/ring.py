@@ -29,6 +29,7 @@ from elasticdl_nb.runtime.protocol.frames import (
     READY,
     accept_hello,
     greet,
+    listen_socket,
     recv_frame,
     send_frame,
 )
@@ -68,14 +69,20 @@ class Group:
         return self.members[rank - 1], self.members[(rank + 1) % self.size]
 
 
-class RingListener:
-    """Accepts connections from other members, authenticated by the job token, and keeps
-    each until `take` asks for it by (group version, worker id, purpose): "ring" for a
-    predecessor's ring link, "handoff" for arrays sent point to point (handoff.py)."""
+def member_name(worker: int) -> str:
+    """How a member's listener is named in the handshake (protocol/frames.py)."""
+    return f"worker-{worker}"
 
-    def __init__(self, host: str, token: str, port: int = 0):
-        self._token = token.encode()
-        self._listener = socket.create_server((host, port))
+
+class RingListener:
+    """Member `owner`'s listener: accepts connections from other members, authenticated
+    by the job token and meant for `owner`, and keeps each until `take` asks for it by
+    (group version, worker id, purpose): "ring" for a predecessor's ring link, "handoff"
+    for arrays sent point to point (handoff.py)."""
+
+    def __init__(self, host: str, token: str, owner: int, port: int = 0):
+        self._token, self._name = token, member_name(owner)
+        self._listener = listen_socket(host, port)
         self.address = f"{host}:{self._listener.getsockname()[1]}"
         self._waiting: dict[tuple[int, int], socket.socket] = {}
         self._arrived = threading.Condition()
@@ -132,7 +139,7 @@ class RingListener:
     def _admit(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(CONNECT_TIMEOUT)
-            if not accept_hello(conn, self._token):
+            if not accept_hello(conn, self._token, self._name):
                 conn.close()
                 return
             conn.sendall(READY)
@@ -165,7 +172,7 @@ def connect(
         try:
             sock = socket.create_connection((host, int(port)), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            greet(sock, token)
+            greet(sock, token, member_name(peer))
             intro = {"version": version, "worker": me, "purpose": purpose}
             send_frame(sock, json.dumps(intro).encode())
             return sock

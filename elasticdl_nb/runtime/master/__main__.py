@@ -69,7 +69,7 @@ def _site(spec: JobSpec, name: str, job_dir: Path):
         return KubernetesSite(spec, name)
     from elasticdl_nb.backends.local.master_site import LocalSite
 
-    return LocalSite(job_dir, spec.parameter_servers)
+    return LocalSite(job_dir)
 
 
 def main() -> None:
@@ -91,7 +91,7 @@ def main() -> None:
     validation = [SourceInfo.from_dict(s) for s in sources["validation"]]
 
     # Each worker may hold a thread for up to a second while it long-polls for a task.
-    server = make_server(token, threads=64)
+    server = make_server(token, "master", threads=64)
     try:
         site = _site(spec, name, job_dir)
     except Exception as exc:  # e.g. the cluster refused the PS Services: say so, and why
@@ -117,7 +117,7 @@ def main() -> None:
 
     master = JobMaster(
         spec, name, journal, train, validation, ps_addrs, token, job_dir, load_contract
-    )
+    )  # (ps_addrs: fixed ones, else empty: each PS reports where it serves)
     rpc.add_MasterServicer_to_server(MasterService(master), server)
     holder: list[InstanceManager] = []
     launcher = site.launcher(env.to_environ(), lambda ev: holder[0].on_event(ev))
@@ -129,6 +129,7 @@ def main() -> None:
         max_worker_relaunches=spec.max_worker_relaunches,
         max_ps_relaunches=spec.max_ps_relaunches,
         on_worker_lost=master.worker_lost,
+        on_ps_lost=master.ps_lost,
         on_job_failed=master.fail,
         lock=master.lock,
         pending_timeout=spec.pending_timeout,
@@ -138,7 +139,7 @@ def main() -> None:
     master.instances = instances
 
     server.start()
-    write_json(job_dir / "master.json", {"address": address, "pid": os.getpid(), "ps": ps_addrs})
+    write_json(job_dir / "master.json", {"address": address, "pid": os.getpid()})
     log.info("master of %s serving on %s", name, address)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(

@@ -8,7 +8,9 @@ The same for every backend: the launcher only starts, kills and reports. Here we
   and restores its newest checkpoint;
 - out of memory: the replacement gets more (up to a cap, where the backend has limits);
 - pending too long (unschedulable, image not pulled): the journal says so; the job goes
-  on with the workers it has, and fails if it is a PS that cannot start.
+  on with the workers it has, and fails if it is a PS that cannot start;
+- a worker or PS that found a peer's address served by something else (exit code
+  WRONG_PEER_EXIT): the job fails with its reason, since a replacement would find the same.
 """
 
 from __future__ import annotations
@@ -30,11 +32,10 @@ from elasticdl_nb.backends.instance_event import (
     InstanceEvent,
     InstanceLauncher,
 )
+from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
 from elasticdl_nb.runtime.master.journal import Journal
 
 log = logging.getLogger("elasticdl_nb.master")
-
-USER_CODE_EXIT = 3  # a worker that exits with this code failed in the user's code
 
 
 @dataclass
@@ -68,6 +69,7 @@ class InstanceManager:
         max_worker_relaunches: int,
         max_ps_relaunches: int,
         on_worker_lost: Callable[[int], None],
+        on_ps_lost: Callable[[int], None] = lambda ps_id: None,
         on_job_failed: Callable[[str], None],
         lock: threading.RLock | None = None,
         pending_timeout: float = 600.0,
@@ -80,6 +82,7 @@ class InstanceManager:
         self.max_worker_relaunches = max_worker_relaunches
         self.max_ps_relaunches = max_ps_relaunches
         self._on_worker_lost = on_worker_lost
+        self._on_ps_lost = on_ps_lost
         self._on_job_failed = on_job_failed
         self.pending_timeout = pending_timeout
         self._log_tail = log_tail  # (role, id, lines) -> the end of that instance's log
@@ -203,6 +206,12 @@ class InstanceManager:
             self.journal.append("instance", **event.to_dict(), expected=inst.expected_exit)
             if not event.ended or self.shutting_down:
                 return
+            if event.kind == FAILED and event.exit_code == WRONG_PEER_EXIT:
+                self._on_job_failed(
+                    f"{inst.role} {inst.instance_id} reached the wrong server. "
+                    f"{self._last_lines(inst, 3)}"
+                )
+                return
             if event.role == "worker":
                 self._worker_ended(inst, event)
             else:
@@ -245,6 +254,7 @@ class InstanceManager:
     def _ps_ended(self, inst: Instance, event: InstanceEvent) -> None:
         if inst.expected_exit:
             return
+        self._on_ps_lost(inst.instance_id)
         if event.kind == PREEMPTED or (event.kind == OOM and self._more_memory("ps", inst)):
             pass  # not the PS's fault: no crash is counted
         else:

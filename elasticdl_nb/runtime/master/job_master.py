@@ -86,7 +86,13 @@ class JobMaster:
         )
         self.validation = validation
         self.records_per_epoch = sum(s.num_records for s in train)
-        self.ps = [rpc.ParameterServerStub(open_channel(a, token)) for a in ps_addrs]
+        # Where each PS serves ("" while it is not up) and a stub for it. Fixed addresses
+        # (a Service per PS) are known now; elsewhere each PS reports the port it bound.
+        self._token = token
+        self.num_ps = spec.parameter_servers
+        self.ps_addresses = list(ps_addrs) or [""] * self.num_ps
+        self.ps: list[rpc.ParameterServerStub | None] = [None] * self.num_ps
+        self._ps_incarnations = [0] * self.num_ps
         self.instances: InstanceManager | None = None  # set by the process entry point
         self.state, self.phase, self.error = RUNNING, TRAINING_PHASE, ""
         self.epoch = -1
@@ -97,8 +103,8 @@ class JobMaster:
         self._round_counter = 0
         self.final_eval_started = False
         self.last_metrics: dict = {}
-        self.ps_seen_version = [0] * len(ps_addrs)
-        self._ps_up = [False] * len(ps_addrs)
+        self.ps_seen_version = [0] * self.num_ps
+        self._ps_up = [False] * self.num_ps  # (ever: a later ready is a relaunched PS)
         self.needs_reconcile = False
         self.export_path = str(job_dir / "model.keras")
         self._records_window: deque[tuple[float, int]] = deque()
@@ -106,6 +112,12 @@ class JobMaster:
         self._work = threading.Condition(self.lock)  # notified when tasks may be there
         self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
         self.finished = threading.Event()
+        # Retried calls (see protocol/patience.py): per worker, the task its newest GetTask
+        # was given, which GetTask call is the newest, and the newest report counted.
+        self._task_given: dict[int, tuple[int, pb.Task]] = {}
+        self._task_asking: dict[int, int] = {}
+        self._asks = 0
+        self._reports_counted: dict[int, int] = {}
         self.group: AllreduceGroup | None = None
         if spec.strategy == "allreduce":
             self.group = AllreduceGroup(
@@ -115,13 +127,28 @@ class JobMaster:
 
     # ================================================================== RPC side
 
-    def get_task(self, worker_id: int, wait_seconds: float = 1.0) -> pb.Task:
+    def get_task(self, worker_id: int, seq: int = 0, wait_seconds: float = 1.0) -> pb.Task:
         """The next task for a worker. With none queued, wait up to `wait_seconds` for
         one (the coordinator may be about to start an epoch) instead of letting the
-        worker sleep through it."""
+        worker sleep through it.
+
+        A worker asks one request at a time, numbered by `seq`: a retry of a request
+        whose reply was lost gets the task that request was given, and a call that a
+        newer one overtook (its caller stopped waiting) gives nothing away."""
         deadline = time.monotonic() + wait_seconds
         with self.lock:
+            given = self._task_given.get(worker_id)
+            if seq and given is not None and given[0] == seq:
+                return given[1]
+            self._asks += 1
+            ask = self._task_asking[worker_id] = self._asks
+            self._work.notify_all()  # an older call of this worker that waits: it is over
             while True:
+                if self._task_asking[worker_id] != ask:
+                    given = self._task_given.get(worker_id)
+                    if seq and given is not None and given[0] == seq:
+                        return given[1]
+                    return pb.Task(type=pb.NONE, wait_seconds=0.0)
                 if self.state in TERMINAL:
                     return pb.Task(type=pb.FINISHED)
                 if not self.instances.takes_work(worker_id):
@@ -133,7 +160,10 @@ class JobMaster:
                     return pb.Task(type=pb.NONE, wait_seconds=0.5)
                 task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
                 if task is not None:
-                    return task.to_message()
+                    message = task.to_message()
+                    if seq:
+                        self._task_given[worker_id] = (seq, message)
+                    return message
                 if self.group is None and self.queue.holds(worker_id):
                     # It still holds a task whose last push it sends with its next pull:
                     # no more work now, so it sends that push first (and may end the epoch).
@@ -146,6 +176,10 @@ class JobMaster:
 
     def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
         with self.lock:
+            if r.seq and r.seq <= self._reports_counted.get(r.worker_id, 0):
+                return self._progress_response(r.worker_id)  # a retry: counted already
+            if r.seq:
+                self._reports_counted[r.worker_id] = r.seq
             if r.error:
                 where = "user code" if r.error_is_user_code else "the worker"
                 self._fail(f"worker {r.worker_id} failed in {where}:\n{r.error}")
@@ -174,10 +208,13 @@ class JobMaster:
                     completed_at=s.completed_at,
                 )  # fmt: skip
             self._wake.set()
-            stop = self.state in TERMINAL
-            if self.group is None:  # (an allreduce member that retires leaves with the group)
-                stop = stop or not self.instances.takes_work(r.worker_id)
-            return pb.ProgressResponse(stop=stop)
+            return self._progress_response(r.worker_id)
+
+    def _progress_response(self, worker_id: int) -> pb.ProgressResponse:
+        stop = self.state in TERMINAL
+        if self.group is None:  # (an allreduce member that retires leaves with the group)
+            stop = stop or not self.instances.takes_work(worker_id)
+        return pb.ProgressResponse(stop=stop)
 
     @property
     def step(self) -> int:
@@ -216,8 +253,15 @@ class JobMaster:
         elif task.kind == EXPORT:
             self.journal.append("export", path=task.export_path, worker=r.worker_id)
 
-    def ps_ready(self, ps_id: int, restored_version: int) -> None:
+    def ps_ready(self, ps_id: int, restored_version: int, address: str, incarnation: int) -> None:
         with self.lock:
+            if incarnation == self._ps_incarnations[ps_id]:
+                return  # a retried report: this PS is counted already
+            self._ps_incarnations[ps_id] = incarnation
+            self.ps_addresses[ps_id] = address
+            self.ps[ps_id] = rpc.ParameterServerStub(
+                open_channel(address, self._token, f"ps-{ps_id}")
+            )
             if self._ps_up[ps_id]:  # a relaunched PS: what did it lose?
                 lost = max(0, self.ps_seen_version[ps_id] - max(restored_version, 0))
                 self.journal.append(
@@ -234,6 +278,12 @@ class JobMaster:
                 "instance", role="ps", id=ps_id, kind="running", restored_version=restored_version
             )
             self._wake.set()
+
+    def ps_lost(self, ps_id: int) -> None:
+        """A PS ended: nobody is to call it at its old address until it is back."""
+        with self.lock:
+            self.ps_addresses[ps_id] = ""
+            self.ps[ps_id] = None
 
     def worker_lost(self, worker_id: int) -> None:
         with self.lock:
@@ -318,7 +368,7 @@ class JobMaster:
                 **self._progress(),
                 "workers": len(workers),
                 "desired_workers": self.instances.desired_workers if self.instances else 0,
-                "ps": len(self.ps),
+                "ps": self.num_ps,
                 "instances": self.instances.table() if self.instances else [],
                 "metrics": self.last_metrics,
                 "strategy": self.spec.strategy,
@@ -431,7 +481,10 @@ class JobMaster:
     def _applied_everywhere(self) -> dict[tuple[int, int], set[int]] | None:
         """Minibatches applied on every PS shard, or None if a shard did not answer."""
         common: dict[tuple[int, int], set[int]] | None = None
-        for stub in self.ps:
+        for ps_id, stub in enumerate(list(self.ps)):
+            if stub is None:
+                log.info("PS %d is not up: GetApplied later", ps_id)
+                return None
             try:
                 reply = stub.GetApplied(pb.AppliedRequest(), timeout=10)
             except Exception as exc:  # a PS that is down is relaunched; ask again later
@@ -449,7 +502,7 @@ class JobMaster:
         whatever is missing: for an epoch whose tasks have all ended, every minibatch must
         be held; for the open epoch, every minibatch reported done (a PS restored from a
         checkpoint lost the newer ones). Returns False when a PS did not answer."""
-        if not self.ps:  # allreduce: the workers' reports are the record (see AllreduceGroup)
+        if not self.num_ps:  # allreduce: the workers' reports are the record (AllreduceGroup)
             self.needs_reconcile = False
             return True
         applied = self._applied_everywhere()
@@ -480,8 +533,10 @@ class JobMaster:
 
     def _final_checkpoint(self) -> None:
         versions = []
-        for stub in self.ps:
+        for stub in list(self.ps):
             try:
+                if stub is None:
+                    raise ConnectionError("a PS is not up")
                 versions.append(stub.Checkpoint(pb.Empty(), timeout=60).version)
             except Exception as exc:
                 log.info("final checkpoint not taken yet: %s", exc)

@@ -1,4 +1,9 @@
-"""The Master gRPC service: messages in, `JobMaster` calls, messages out."""
+"""The Master gRPC service: messages in, `JobMaster` calls, messages out.
+
+A call that cannot be answered as asked is refused with a code that is never transient
+(FAILED_PRECONDITION, ABORTED): UNAVAILABLE and DEADLINE_EXCEEDED mean the transport,
+and callers retry those (protocol/patience.py).
+"""
 
 from __future__ import annotations
 
@@ -17,14 +22,20 @@ class MasterService(rpc.MasterServicer):
         self.master = master
 
     def GetTask(self, request, context):
-        return self.master.get_task(request.worker_id)
+        return self.master.get_task(request.worker_id, request.seq)
 
     def ReportProgress(self, request, context):
         return self.master.report(request)
 
     def ReportPsReady(self, request, context):
-        self.master.ps_ready(request.ps_id, request.restored_version)
+        self.master.ps_ready(
+            request.ps_id, request.restored_version, request.address, request.incarnation
+        )
         return pb.Empty()
+
+    def GetPsAddresses(self, request, context):
+        with self.master.lock:
+            return pb.PsAddresses(addresses=self.master.ps_addresses)
 
     def StreamEvents(self, request, context):
         for event in self.master.journal.read(
@@ -61,7 +72,7 @@ class MasterService(rpc.MasterServicer):
         try:
             return group.join(request.worker_id, request.address)
         except PeerLost as exc:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+            context.abort(grpc.StatusCode.ABORTED, str(exc))
 
     def GetGroup(self, request, context):
         return self._group(context).get(request.version)
@@ -70,4 +81,4 @@ class MasterService(rpc.MasterServicer):
         try:
             return self._group(context).report_lost(request)
         except PeerLost as exc:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc))
+            context.abort(grpc.StatusCode.ABORTED, str(exc))

@@ -60,9 +60,16 @@ class BulkClient:
     opened on first use and dropped on any failure (the next call reconnects, asking the
     PS for its port again: a relaunched PS listens on another one)."""
 
-    def __init__(self, host: str, token: str, find_port: Callable[[], int], timeout: float = 60.0):
+    def __init__(
+        self,
+        host: str,
+        token: str,
+        peer: str,
+        find_port: Callable[[], int],
+        timeout: float = 60.0,
+    ):
         self.host, self.timeout = host, timeout
-        self._token = token
+        self._token, self._peer = token, peer
         self._find_port = find_port  # may raise grpc.RpcError: it is a gRPC call
         self._port: int | None = None
         self._local = threading.local()
@@ -102,7 +109,7 @@ class BulkClient:
             ) from err
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            greet(sock, self._token)
+            greet(sock, self._token, self._peer)
         except OSError as err:
             sock.close()
             self._port = None

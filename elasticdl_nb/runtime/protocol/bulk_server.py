@@ -20,6 +20,7 @@ from elasticdl_nb.runtime.protocol.frames import (
     MESSAGE,
     READY,
     accept_hello,
+    listen_socket,
     recv_frame,
     send_frame,
 )
@@ -34,14 +35,21 @@ Handler = Callable[
 
 
 class BulkServer:
-    """Serves bulk PushPull on `host`, on `port` or one the OS chooses (`.port`)."""
+    """Serves bulk PushPull on `host`, on `port` or one the OS chooses (`.port`), to
+    clients that hold the job token and mean this server, `identity` ("ps-0")."""
 
     def __init__(
-        self, host: str, token: str, handle: Handler, port: int = 0, timeout: float = 60.0
+        self,
+        host: str,
+        token: str,
+        identity: str,
+        handle: Handler,
+        port: int = 0,
+        timeout: float = 60.0,
     ):
-        self._token, self._handle, self._timeout = token.encode(), handle, timeout
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family)
+        self._token, self._identity = token, identity
+        self._handle, self._timeout = handle, timeout
+        self._listener = listen_socket(host, port)
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
@@ -80,14 +88,18 @@ class BulkServer:
 
     def _authenticated(self, conn: socket.socket) -> bool:
         conn.settimeout(self._timeout)
-        return accept_hello(conn, self._token)
+        return accept_hello(conn, self._token, self._identity)
 
     def _serve(self, conn: socket.socket, peer) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if not self._authenticated(conn):
-                log.warning("bulk connection from %s refused: missing or wrong job token", peer)
+                log.warning(
+                    "bulk connection from %s refused: wrong job token or not for %s",
+                    peer,
+                    self._identity,
+                )
                 return
             conn.sendall(READY)
             while True:

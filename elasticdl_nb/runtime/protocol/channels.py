@@ -1,7 +1,14 @@
-"""Channels and servers with the job's settings: token, message size, keepalive.
+"""Channels and servers with the job's settings: token, peer names, message size,
+keepalive, and ports that are never shared.
 
 Parameter tensors can be large, so the message limit is raised deliberately to
 `MAX_MESSAGE_BYTES` on both ends instead of gRPC's 4 MB default.
+
+A server binds its own port and reports the one it got (`listen`): nothing picks a free
+port to bind later. gRPC sets SO_REUSEPORT on its listeners on Linux by default, so a
+second server on a port that one of ours already holds would bind without complaint and
+the kernel would split the connections between the two; ours turn it off, and a port
+that is taken is an `AddressTaken` error.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from concurrent import futures
 import grpc
 
 from elasticdl_nb.runtime.protocol.auth import TokenAdder, TokenCheck
+from elasticdl_nb.runtime.protocol.patience import Patience, PatientCalls
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
@@ -24,22 +32,52 @@ _OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),
 ]
+_SERVER_OPTIONS = [*_OPTIONS, ("grpc.so_reuseport", 0)]
 
 
-def open_channel(address: str, token: str) -> grpc.Channel:
-    """An insecure channel to `address` that sends the job token on every call."""
-    return grpc.intercept_channel(
-        grpc.insecure_channel(address, options=_OPTIONS), TokenAdder(token)
+class AddressTaken(OSError):
+    """A server could not bind its address: something else listens there."""
+
+
+def open_channel(
+    address: str, token: str, peer: str, patience: Patience | None = None
+) -> grpc.Channel:
+    """An insecure channel to the server named `peer` ("master", "ps-0") at `address`,
+    sending the job token on every call; with `patience`, unary calls ride out transient
+    failures (protocol/patience.py)."""
+    interceptors: list = [TokenAdder(token, peer)]
+    if patience is not None:
+        interceptors.append(PatientCalls(peer, address, patience))
+    return grpc.intercept_channel(grpc.insecure_channel(address, options=_OPTIONS), *interceptors)
+
+
+def make_server(token: str, identity: str, threads: int = 16) -> grpc.Server:
+    """A server named `identity` that refuses calls without the job token or meant for
+    another server; add servicers, then `listen`."""
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads),
+        interceptors=[TokenCheck(token, identity)],
+        options=_SERVER_OPTIONS,
+        maximum_concurrent_rpcs=None,
     )
 
 
-def make_server(token: str, threads: int = 16) -> grpc.Server:
-    """A server that refuses calls without the job token; add servicers, then bind."""
-    return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=threads),
-        interceptors=[TokenCheck(token)],
-        options=_OPTIONS,
-        maximum_concurrent_rpcs=None,
+def listen(server: grpc.Server, address: str) -> int:
+    """Bind `server` to "host:port" (port 0: one the OS picks); returns the port bound."""
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpcio raises "Failed to bind to address ..."
+        raise AddressTaken(_taken(address, str(exc))) from None
+    if not port:  # older grpcio returns 0 instead
+        raise AddressTaken(_taken(address, "bind failed"))
+    return port
+
+
+def _taken(address: str, detail: str) -> str:
+    return (
+        f"cannot listen on {address}: the address is in use or not on this host ({detail}). "
+        "Another process holds the port; a job's servers bind their own ports, so this is "
+        "a port fixed in the job's settings or a server that is still running."
     )
 
 

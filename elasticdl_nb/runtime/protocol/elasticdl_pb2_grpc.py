@@ -49,6 +49,11 @@ class MasterStub:
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PsReady.SerializeToString,
                 response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
                 _registered_method=True)
+        self.GetPsAddresses = channel.unary_unary(
+                '/elasticdl_nb.Master/GetPsAddresses',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PsAddresses.FromString,
+                _registered_method=True)
         self.StreamEvents = channel.unary_stream(
                 '/elasticdl_nb.Master/StreamEvents',
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.EventsRequest.SerializeToString,
@@ -102,6 +107,12 @@ class MasterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportPsReady(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPsAddresses(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +177,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.ReportPsReady,
                     request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PsReady.FromString,
                     response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+            ),
+            'GetPsAddresses': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPsAddresses,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PsAddresses.SerializeToString,
             ),
             'StreamEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamEvents,
@@ -284,6 +300,33 @@ class Master:
             '/elasticdl_nb.Master/ReportPsReady',
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PsReady.SerializeToString,
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPsAddresses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.Master/GetPsAddresses',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PsAddresses.FromString,
             options,
             channel_credentials,
             insecure,

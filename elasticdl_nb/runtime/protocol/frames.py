@@ -2,10 +2,14 @@
 messages with raw tensor buffers beside them. The PS's bulk channel (bulk.py) and the
 workers' collective ring (runtime/collective/) both speak it. Integers are big-endian:
 
-    hello  (client, once per connection)  b"EDLBULK1", u16 token length, token bytes
-    ready  (server, once)                 b"\\x01" (on a wrong token: the server closes)
+    hello  (client, once per connection)  b"EDLBULK1", u16 length, token NUL listener name
+    ready  (server, once)                 b"\\x01" (on a wrong token or another listener's
+                                          name: the server closes)
     frame  (either way, repeatedly)       u8 kind, u32 message bytes, u32 buffer count,
                                           u64 length of each buffer, message, buffers
+
+The hello names the listener the client means ("ps-0", "worker-3"): a port that changed
+hands is never served by the wrong process, even of the same job.
 
 Each buffer's bytes are sent straight from its array's memory and received into a
 preallocated array, so a large tensor is copied once per side.
@@ -20,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from elasticdl_nb.runtime.protocol.channels import MAX_MESSAGE_BYTES
+from elasticdl_nb.runtime.protocol.channels import MAX_MESSAGE_BYTES, AddressTaken
 from elasticdl_nb.runtime.protocol.tensors import as_bytes
 
 HELLO = b"EDLBULK1"
@@ -33,29 +37,50 @@ TOKEN_LEN = struct.Struct("!H")
 _HEAD = struct.Struct("!BII")
 
 
+def listen_socket(host: str, port: int = 0) -> socket.socket:
+    """A listening TCP socket on `host`, at `port` or one the OS picks, never shared:
+    without SO_REUSEPORT, a port another listener holds is an `AddressTaken` error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, reuse_port=False)
+    except OSError as exc:
+        raise AddressTaken(
+            f"cannot listen on {host}:{port}: {exc.strerror}. Another process holds the "
+            "port; a job's listeners take the ports the OS gives them, so this is a port "
+            "fixed in the job's settings or a listener that is still running."
+        ) from None
+
+
 class FrameError(ConnectionError):
     """The peer closed the connection or sent something that is not a frame."""
 
 
-def hello(token: str) -> bytes:
-    """What a client sends first: proof that it holds the job token."""
-    return HELLO + TOKEN_LEN.pack(len(token.encode())) + token.encode()
+def hello(token: str, peer: str) -> bytes:
+    """What a client sends first: proof that it holds the job token, and the name of the
+    listener it means to reach."""
+    secret = _secret(token, peer)
+    return HELLO + TOKEN_LEN.pack(len(secret)) + secret
 
 
-def greet(sock: socket.socket, token: str) -> None:
+def _secret(token: str, name: str) -> bytes:
+    return f"{token}\0{name}".encode()
+
+
+def greet(sock: socket.socket, token: str, peer: str) -> None:
     """Client side of the handshake: send the hello, wait for ready (OSError if refused)."""
-    sock.sendall(hello(token))
+    sock.sendall(hello(token, peer))
     recv_exact(sock, memoryview(bytearray(len(READY))))
 
 
-def accept_hello(conn: socket.socket, token: bytes) -> bool:
-    """Server side: whether the peer's hello carries `token` (compared in constant time).
-    The caller sends READY if so, and closes the connection if not."""
+def accept_hello(conn: socket.socket, token: str, identity: str) -> bool:
+    """Server side: whether the peer's hello carries `token` and names this listener,
+    `identity` (compared in constant time). The caller sends READY if so, and closes the
+    connection if not."""
     first = recv_bytes(conn, len(HELLO) + TOKEN_LEN.size)
     (size,) = TOKEN_LEN.unpack(first[len(HELLO) :])
     if first[: len(HELLO)] != HELLO or size > MAX_TOKEN_BYTES:
         return False
-    return hmac.compare_digest(bytes(recv_bytes(conn, size)), token)
+    return hmac.compare_digest(bytes(recv_bytes(conn, size)), _secret(token, identity))
 
 
 def recv_exact(sock: socket.socket, view: memoryview) -> None:

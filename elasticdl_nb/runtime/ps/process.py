@@ -1,11 +1,11 @@
 """A parameter-server process: `python -m elasticdl_nb.runtime.ps --id N`.
 
 It restores the newest checkpoint of its shard if there is one, serves the
-ParameterServer service on its fixed address (the same after a relaunch, so workers
-simply reconnect) and, for large tensors, on a bulk channel beside it (a port of the
-same host chosen by the OS; workers ask for it with GetBulkEndpoint), tells the master
-it is ready and what it restored, and checkpoints every `checkpoint_steps` applied
-updates in a background thread.
+ParameterServer service on a port the OS gives it (on Kubernetes: the fixed port behind
+its Service) and, for large tensors, on a bulk channel beside it (workers ask for its port
+with GetBulkEndpoint), tells the master where it serves, that it is ready and what it
+restored (workers learn its address from the master), and checkpoints every
+`checkpoint_steps` applied updates in a background thread.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ import argparse
 import logging
 import signal
 import threading
-import time
 
 from elasticdl_nb.model import load_bundle
+from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
 from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
-from elasticdl_nb.runtime.protocol.channels import host_of, make_server, open_channel
+from elasticdl_nb.runtime.protocol.channels import host_of, listen, make_server
+from elasticdl_nb.runtime.protocol.patience import WrongPeer
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 from elasticdl_nb.runtime.ps.service import ParameterServerService
 from elasticdl_nb.runtime.ps.store import ParameterStore
@@ -96,26 +97,30 @@ def main() -> None:
     checkpointer.saved_version = restored_version
 
     service = ParameterServerService(store, checkpointer.note_update, checkpointer.save_now)
-    address = env.listen_address(env.ps_addrs[ps_id])
-    bulk = BulkServer(host_of(address), env.token, service.bulk_push_pull, env.bulk_port).start()
-    service.bulk_port = bulk.port
-    server = make_server(env.token)
+    identity = f"ps-{ps_id}"
+    server = make_server(env.token, identity)
     rpc.add_ParameterServerServicer_to_server(service, server)
-    server.add_insecure_port(address)
+    listen_at, fixed = env.ps_listen_address(ps_id)
+    port = listen(server, listen_at)
+    address = fixed or f"{listen_at.rsplit(':', 1)[0]}:{port}"
+    bulk = BulkServer(
+        host_of(listen_at), env.token, identity, service.bulk_push_pull, env.bulk_port
+    ).start()
+    service.bulk_port = bulk.port
     server.start()
     log.info("PS %d serving on %s (bulk channel on port %d)", ps_id, address, bulk.port)
 
-    master = rpc.MasterStub(open_channel(env.master_addr, env.token))
-    for attempt in range(600):
-        try:
-            master.ReportPsReady(
-                pb.PsReady(ps_id=ps_id, restored_version=restored_version), timeout=5
-            )
-            break
-        except Exception as exc:  # the master may still be starting; it is there soon
-            if attempt % 20 == 0:
-                log.warning("master not reachable yet: %s", exc)
-            time.sleep(0.5)
+    ready = pb.PsReady(
+        ps_id=ps_id,
+        restored_version=restored_version,
+        address=address,
+        incarnation=service.incarnation,
+    )
+    try:
+        env.master().ReportPsReady(ready, timeout=10)
+    except WrongPeer as exc:
+        log.error("%s", exc)
+        raise SystemExit(WRONG_PEER_EXIT) from None
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -101,7 +101,7 @@ class Lockstep:
         sources = env.load_sources()
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
-        self.listener = RingListener(env.bind_host or "127.0.0.1", env.token)
+        self.listener = RingListener(env.bind_host or "127.0.0.1", env.token, worker_id)
         self.step = 0  # the last step this replica applied
         self.group: Group | None = None
         self.ring: Ring | None = None

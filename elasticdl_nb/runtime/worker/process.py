@@ -4,7 +4,10 @@ Asks the master for tasks until told the job is over. For each minibatch of a tr
 task: pull what the step needs from the PS, compute gradients with tf.GradientTape, push
 them; evaluation tasks update the metrics; the export task saves the whole model.
 A failure in the user's code is reported to the master (which fails the job) and ends the
-process with exit code 3; anything else exits non-zero and the master relaunches.
+process with exit code 3; a peer whose address is served by something else, with exit code
+4 (the master fails the job with the reason); anything else exits non-zero and the master
+relaunches. Calls to the master ride out a master that is briefly unreachable
+(`MASTER_PATIENCE`); calls to the PS, a PS that is relaunched.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ import signal
 import sys
 import time
 
+from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
 from elasticdl_nb.runtime.logs import setup_logging
-from elasticdl_nb.runtime.master.instances import USER_CODE_EXIT
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.runtime.protocol.patience import WrongPeer
 from elasticdl_nb.runtime.worker.reporter import Reporter
+from elasticdl_nb.runtime.worker.task_feed import TaskRequests
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -34,7 +37,7 @@ def main() -> None:
     setup_logging(f"worker-{worker_id}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = ProcessEnv.from_environ()
-    master = rpc.MasterStub(open_channel(env.master_addr, env.token))
+    master = env.master()
     reporter = Reporter(master, worker_id)
 
     from elasticdl_nb.runtime.worker.trainer import Trainer, UserCodeError
@@ -43,12 +46,20 @@ def main() -> None:
         if json.loads(env.spec_path.read_text()).get("strategy") == "allreduce":
             _allreduce(env, worker_id, master, reporter)
         else:
-            trainer = Trainer(env, worker_id, reporter)
-            _serve(master, worker_id, trainer, reporter)
+            trainer = Trainer(
+                env,
+                worker_id,
+                reporter,
+                lambda: master.GetPsAddresses(pb.Empty(), timeout=10).addresses,
+            )
+            _serve(TaskRequests(master, worker_id), trainer, reporter)
     except UserCodeError as exc:
         log.error("user code failed: %s", exc)
         reporter.error(str(exc), user_code=True)
         sys.exit(USER_CODE_EXIT)
+    except WrongPeer as exc:
+        log.error("%s", exc)
+        sys.exit(WRONG_PEER_EXIT)
     reporter.close()
     log.info("worker %d done", worker_id)
 
@@ -60,21 +71,22 @@ def _allreduce(env: ProcessEnv, worker_id: int, master, reporter: Reporter) -> N
     import grpc
 
     from elasticdl_nb.runtime.collective.ring import PeerLost
+    from elasticdl_nb.runtime.protocol.patience import PeerUnreachable
     from elasticdl_nb.runtime.worker.lockstep import Lockstep
     from elasticdl_nb.runtime.worker.trainer import user_code_error
 
     try:
         lockstep = Lockstep(env, worker_id, master, reporter)
         lockstep.run()
-    except (PeerLost, grpc.RpcError, SystemExit):
+    except (PeerLost, grpc.RpcError, PeerUnreachable, WrongPeer, SystemExit):
         raise
     except Exception as exc:
         raise user_code_error(exc) from exc
 
 
-def _serve(master, worker_id: int, trainer, reporter: Reporter) -> None:
+def _serve(tasks: TaskRequests, trainer, reporter: Reporter) -> None:
     while not reporter.stop_requested.is_set():
-        task = master.GetTask(pb.GetTaskRequest(worker_id=worker_id), timeout=30)
+        task = tasks.next()
         # The previous training task's last push waits for the next training task's first
         # pull; anything else sends it first.
         if task.type != pb.TRAINING and trainer.flush_unsent() and task.type == pb.NONE:

@@ -2,9 +2,13 @@
 
 `exchange` pushes one minibatch's gradients (if any) and pulls what the next step needs
 (dense variables if the shard's version moved, rows of the given ids) in one round trip
-per shard. A shard that is down is retried with backoff until it is back (it is relaunched
-at the same address); a shard that came back empty is initialized again from the local
-model. Pushes are idempotent: the PS drops a minibatch it has applied already.
+per shard. Where the shards serve comes from the master (`locate`): a shard that does not
+answer is retried with backoff, asking the master again each time, until it is back
+(relaunched, on another port or behind the same Service); a shard that came back empty is
+initialized again from the local model. Pushes are idempotent: the PS drops a minibatch
+it has applied already. A shard's address that answers as something else (another job's
+server, another shard) is asked again too, and is `WrongPeer` once the master confirms
+that address three times.
 
 An exchange that moves large tensors (the shard's dense variables, or the pushed
 gradients, reach `bulk_threshold` bytes) goes over the shard's bulk channel
@@ -14,7 +18,9 @@ gradients, reach `bulk_threshold` bytes) goes over the shard's bulk channel
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -26,6 +32,7 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk import BulkClient
 from elasticdl_nb.runtime.protocol.channels import host_of, open_channel
+from elasticdl_nb.runtime.protocol.patience import MISDIRECTED, PeerUnreachable, wrong_peer
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
 
 log = logging.getLogger("elasticdl_nb.worker")
@@ -39,10 +46,7 @@ _RETRYABLE = {
 }
 
 BULK_THRESHOLD_BYTES = 1 << 20
-
-
-class PsUnavailable(RuntimeError):
-    pass
+MISDIRECTED_CONFIRMATIONS = 3  # a wrong answer at an address the master still gives
 
 
 @dataclass
@@ -74,29 +78,78 @@ class PendingExchange:
 
 
 class PsClient:
-    def __init__(self, addrs: tuple[str, ...], token: str, give_up_after: float = 600.0):
-        self.stubs = [rpc.ParameterServerStub(open_channel(a, token)) for a in addrs]
-        self.bulk = [
-            BulkClient(
-                host_of(a), token, lambda s=stub: s.GetBulkEndpoint(pb.Empty(), timeout=10).port
-            )
-            for a, stub in zip(addrs, self.stubs)
-        ]
+    """`locate()` says where each shard serves now ("" for one that is not up); it is
+    asked until every shard is up, and again whenever one does not answer. A shard that
+    stays unreachable for `give_up_after` seconds is `PeerUnreachable`."""
+
+    def __init__(
+        self, locate: Callable[[], Sequence[str]], token: str, give_up_after: float = 600.0
+    ):
+        self._locate, self._token = locate, token
+        self.give_up_after = give_up_after
+        self._connect_lock = threading.Lock()
+        addresses = self._wait_until_up()
+        self.num_ps = len(addresses)
+        self.addresses = [""] * self.num_ps
+        self.stubs: list[rpc.ParameterServerStub] = [None] * self.num_ps  # type: ignore[list-item]
+        self.bulk: list[BulkClient] = [None] * self.num_ps  # type: ignore[list-item]
+        for ps, address in enumerate(addresses):
+            self._connect(ps, address)
         self.bulk_threshold = BULK_THRESHOLD_BYTES
-        self._shard_dense_bytes = [0] * len(addrs)
-        self.num_ps = len(addrs)
+        self._shard_dense_bytes = [0] * self.num_ps
         self.versions = [-1] * self.num_ps
         self._senders = [
-            ThreadPoolExecutor(1, thread_name_prefix=f"ps{i}") for i in range(len(addrs))
+            ThreadPoolExecutor(1, thread_name_prefix=f"ps{i}") for i in range(self.num_ps)
         ]
         self.incarnations = [0] * self.num_ps
-        self.give_up_after = give_up_after
         self._variables: list[tuple[str, np.ndarray, bool]] = []
         self.dense_placement: dict[str, int] = {}
         self.table_rows: dict[str, int] = {}
         # The newest dense values of every shard: a shard whose version did not move sends
         # nothing, but the model is loaded whole.
         self.dense_values: dict[str, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ where the PS are
+
+    def _wait_until_up(self) -> list[str]:
+        deadline = time.monotonic() + self.give_up_after
+        delay = 0.1
+        while True:
+            addresses = list(self._locate())
+            if all(addresses):
+                return addresses
+            if time.monotonic() + delay > deadline:
+                down = [ps for ps, a in enumerate(addresses) if not a]
+                raise PeerUnreachable(
+                    f"PS {down} not up within {self.give_up_after:.0f} s: see their logs"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _connect(self, ps: int, address: str) -> None:
+        """Talk to shard `ps` at `address` from now on."""
+        name = f"ps-{ps}"
+        stub = rpc.ParameterServerStub(open_channel(address, self._token, name))
+        old = self.bulk[ps]
+        self.bulk[ps] = BulkClient(
+            host_of(address),
+            self._token,
+            name,
+            lambda: stub.GetBulkEndpoint(pb.Empty(), timeout=10).port,
+        )
+        self.stubs[ps], self.addresses[ps] = stub, address
+        if old is not None:
+            old.close()
+
+    def _relocate(self, ps: int) -> str:
+        """Ask the master where shard `ps` is now, and move there if it moved; returns
+        that address ("" while the shard is down)."""
+        address = list(self._locate())[ps]
+        with self._connect_lock:
+            if address and address != self.addresses[ps]:
+                log.info("PS %d is now at %s (was %s)", ps, address, self.addresses[ps])
+                self._connect(ps, address)
+        return address
 
     # ------------------------------------------------------------------ set-up
 
@@ -272,9 +325,9 @@ class PsClient:
             try:
                 reply = future.result()
             except grpc.RpcError as err:
-                if err.code() not in _RETRYABLE:
+                if err.code() not in _RETRYABLE and err.code() not in MISDIRECTED:
                     raise
-                reply = self._call(ps, again)
+                reply = self._call(ps, again)  # (which asks where the shard is now)
             if not reply[0].initialized:  # a shard restarted before its first checkpoint
                 log.warning("PS %d is empty: initializing it from this worker's model", ps)
                 self._call(
@@ -291,19 +344,28 @@ class PsClient:
         return replies
 
     def _call(self, ps: int, call):
-        """Call shard `ps`, retrying with backoff while it is unreachable."""
+        """Call shard `ps`, retrying with backoff while it is unreachable or its address
+        answers as something else, asking the master where it is before each retry."""
         deadline = time.monotonic() + self.give_up_after
         delay = 0.05
+        confirmed_wrong = 0
         while True:
             try:
                 return call(self.stubs[ps])
             except grpc.RpcError as err:
-                if err.code() not in _RETRYABLE:
+                tried = self.addresses[ps]
+                wrong = wrong_peer(err, f"PS {ps}", tried)
+                if wrong is None and err.code() not in _RETRYABLE:
                     raise
+                if self._relocate(ps) == tried and wrong is not None:
+                    confirmed_wrong += 1
+                    if confirmed_wrong >= MISDIRECTED_CONFIRMATIONS:
+                        raise wrong from err
                 if time.monotonic() > deadline:
-                    raise PsUnavailable(
-                        f"PS {ps} unreachable for {self.give_up_after:.0f} s: {err.details()}"
+                    raise PeerUnreachable(
+                        f"PS {ps} (last at {tried}) did not answer for "
+                        f"{self.give_up_after:.0f} s: {err.code().name}: {err.details()}"
                     ) from err
-                log.info("PS %d unavailable (%s); retrying in %.2f s", ps, err.code().name, delay)
+                log.info("PS %d at %s: %s; retrying in %.2f s", ps, tried, err.code().name, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)

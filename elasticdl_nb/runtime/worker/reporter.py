@@ -1,5 +1,8 @@
 """Progress reports to the master, sent from a background thread every `interval` seconds
-(and at once when a task ends), so training never waits for the master per minibatch."""
+(and at once when a task ends), so training never waits for the master per minibatch.
+
+Reports are numbered: the master's channel retries a report whose reply was lost, and the
+master counts each number once."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ class Reporter:
         # of its earlier minibatches (the master would drop those as belonging to no task).
         self._send_lock = threading.Lock()
         self._pending: dict[int, pb.ProgressReport] = {}
+        self._sent = 0  # the number of the last report sent
         self.stop_requested = threading.Event()
         self._closed = threading.Event()
         self._send_soon = threading.Event()  # wakes the background thread before `interval`
@@ -111,15 +115,9 @@ class Reporter:
 
     def _send(self, reports: list[pb.ProgressReport]) -> None:
         for report in reports:
-            for attempt in range(100):
-                try:
-                    reply = self.master.ReportProgress(report, timeout=10)
-                    break
-                except Exception as exc:
-                    if attempt == 99:
-                        raise
-                    log.warning("progress report failed (%s); retrying", exc)
-                    self._closed.wait(0.2)
+            self._sent += 1
+            report.seq = self._sent
+            reply = self.master.ReportProgress(report, timeout=10)
             if reply.stop:
                 self.stop_requested.set()
 

@@ -4,6 +4,9 @@ no work), so the next task is already here when the current one ends.
 
 `next()` never blocks: a task, or None (nothing yet: the member contributes an empty
 minibatch this step). `finished` turns true once the master says the job is over.
+
+`TaskRequests` numbers a worker's GetTask calls (every worker asks through it): a call
+retried after a lost reply gets the same task, never a second one.
 """
 
 from __future__ import annotations
@@ -11,17 +14,33 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 
 log = logging.getLogger("elasticdl_nb.worker")
 
+# The master long-polls for at most a second: a reply later than this is a master that is
+# paused or overloaded, and the call is retried (with the same number).
+GET_TASK_TIMEOUT = 10.0
+
+
+class TaskRequests:
+    """A worker's numbered GetTask calls."""
+
+    def __init__(self, master: rpc.MasterStub, worker_id: int):
+        self._master, self._worker_id = master, worker_id
+        self._seq = 0
+
+    def next(self) -> pb.Task:
+        self._seq += 1
+        request = pb.GetTaskRequest(worker_id=self._worker_id, seq=self._seq)
+        return self._master.GetTask(request, timeout=GET_TASK_TIMEOUT)
+
 
 class TaskFeed:
     def __init__(self, master: rpc.MasterStub, worker_id: int, ahead: int = 1):
-        self._master, self._worker_id = master, worker_id
+        self._requests = TaskRequests(master, worker_id)
         self._tasks: queue.Queue[pb.Task] = queue.Queue(maxsize=ahead)
         self.finished = threading.Event()
         self._closed = threading.Event()
@@ -41,19 +60,12 @@ class TaskFeed:
         self._closed.set()
 
     def _loop(self) -> None:
-        failures = 0
         while not self._closed.is_set():
             try:
-                request = pb.GetTaskRequest(worker_id=self._worker_id)
-                task = self._master.GetTask(request, timeout=30)
-                failures = 0
-            except Exception as exc:  # the master restarting, or gone
-                failures += 1
-                if failures >= 50:
-                    self.error = exc
-                    return
-                time.sleep(0.2)
-                continue
+                task = self._requests.next()  # (transient failures are retried inside)
+            except Exception as exc:  # the master is gone, or not ours: next() says so
+                self.error = exc
+                return
             if task.type == pb.FINISHED:
                 self.finished.set()
                 return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,11 @@ from elasticdl_nb.model.contract import Mode
 from elasticdl_nb.model.metrics import take_metric_states
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol.patience import PeerUnreachable, WrongPeer
 from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.export import save_model
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
-from elasticdl_nb.runtime.worker.ps_client import PsClient, PsUnavailable, PushPayload
+from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
 from elasticdl_nb.spec import JobSpec
 
@@ -54,7 +56,13 @@ class _Computed:
 
 
 class Trainer:
-    def __init__(self, env: ProcessEnv, worker_id: int, reporter: Reporter):
+    def __init__(
+        self,
+        env: ProcessEnv,
+        worker_id: int,
+        reporter: Reporter,
+        locate_ps: Callable[[], Sequence[str]],
+    ):
         self.env, self.worker_id, self.reporter = env, worker_id, reporter
         self.spec = JobSpec.from_json(env.spec_path.read_text())
         sources = env.load_sources()
@@ -65,7 +73,7 @@ class Trainer:
             raise user_code_error(exc) from exc
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
-        self.ps = PsClient(env.ps_addrs, env.token)
+        self.ps = PsClient(locate_ps, env.token)
         # The last push of the previous training task: it travels with the first pull of
         # the next one (exact mode), so a task boundary costs no extra round trip.
         self._unsent: _Computed | None = None
@@ -78,8 +86,8 @@ class Trainer:
                 self._evaluate(task)
             elif task.type == pb.EXPORT:
                 self._export(task)
-        except (grpc.RpcError, PsUnavailable):
-            raise  # infrastructure: exit non-zero, the master relaunches us
+        except (grpc.RpcError, PeerUnreachable, WrongPeer):
+            raise  # infrastructure: exit non-zero (process.py says which code)
         except (DataError, Exception) as exc:
             raise user_code_error(exc) from exc
 

@@ -1,0 +1,93 @@
+"""Calls that ride out a busy or briefly unreachable peer, and stop at a stated deadline.
+
+A loaded machine is normal: a master that is paused for a few seconds, a connection
+refused while a server starts, a reply that misses its timeout. One such failure must not
+end a process. A channel opened with a `Patience` retries every unary call that failed
+with UNAVAILABLE or DEADLINE_EXCEEDED, with backoff, until `seconds` have passed since
+the first attempt; then it raises `PeerUnreachable`, naming the peer, its address and how
+long it tried. Only idempotent calls go over such channels: the Master's GetTask and
+ReportProgress carry sequence numbers so that a repeated one is answered, not done twice.
+
+A peer that answers but is not the one we mean (another job's server refuses our token,
+another server of this job says who it is, something else has no such method) is not
+transient: `WrongPeer` at once, with what the peer said. Those are the errors a process
+turns into its "wrong peer" exit code (`runtime/exit_codes.py`), on which the master ends
+the job with the reason instead of relaunching into the same wall.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import grpc
+
+log = logging.getLogger("elasticdl_nb.rpc")
+
+TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+MISDIRECTED = {
+    grpc.StatusCode.UNAUTHENTICATED: "refused this job's token: it is not a server of this job",
+    grpc.StatusCode.PERMISSION_DENIED: "is another server of this job",
+    grpc.StatusCode.UNIMPLEMENTED: "does not serve this call: it is not a server of this job",
+}
+
+
+class PeerUnreachable(ConnectionError):
+    """A peer did not answer within the patience of the channel."""
+
+
+class WrongPeer(ConnectionError):
+    """The address of a peer is served by something else."""
+
+
+def wrong_peer(err: grpc.RpcError, peer: str, address: str) -> WrongPeer | None:
+    """The `WrongPeer` that `err` means, or None if it means something else."""
+    what = MISDIRECTED.get(err.code())
+    if what is None:
+        return None
+    return WrongPeer(f"the {peer} at {address} {what} ({err.code().name}: {err.details()})")
+
+
+@dataclass(frozen=True)
+class Patience:
+    """How long to keep trying a peer, and how quickly to try again."""
+
+    seconds: float
+    first_delay: float = 0.1
+    max_delay: float = 2.0
+
+
+class PatientCalls(grpc.UnaryUnaryClientInterceptor):
+    """Retries transient failures of every unary call (see the module docstring)."""
+
+    def __init__(self, peer: str, address: str, patience: Patience):
+        self.peer, self.address, self.patience = peer, address, patience
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        method = client_call_details.method
+        method = method.decode() if isinstance(method, bytes) else method
+        started = time.monotonic()
+        delay = self.patience.first_delay
+        while True:
+            outcome = continuation(client_call_details, request)
+            code = outcome.code()
+            if code not in TRANSIENT:
+                if isinstance(outcome, grpc.RpcError):
+                    misdirected = wrong_peer(outcome, self.peer, self.address)
+                    if misdirected is not None:
+                        raise misdirected
+                return outcome
+            waited = time.monotonic() - started
+            if waited + delay > self.patience.seconds:
+                raise PeerUnreachable(
+                    f"the {self.peer} at {self.address} did not answer "
+                    f"{method.rsplit('/', 1)[-1]} for {waited:.0f} s "
+                    f"(limit {self.patience.seconds:g} s): {code.name}: {outcome.details()}"
+                )
+            log.info(
+                "%s at %s: %s on %s; trying again in %.1f s",
+                self.peer, self.address, code.name, method, delay,
+            )  # fmt: skip
+            time.sleep(delay)
+            delay = min(delay * 2, self.patience.max_delay)

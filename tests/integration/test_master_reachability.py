@@ -1,0 +1,160 @@
+"""A job's processes and their master, with real processes: a master that stops answering
+for a while is waited for, a master that dies takes its job's processes with it, jobs
+started together do not take each other's ports, and a process that reaches the wrong
+server says so and ends instead of retrying forever."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from elasticdl_nb.backends.instance_event import ENDED
+from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
+from elasticdl_nb.runtime.lifeline import PARENT_ENV
+from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from tests.conftest import job_processes
+from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.job_process import JobProcess, StubMaster
+from tests.integration.models import digits_job, paced_loss
+
+pytestmark = pytest.mark.slow
+
+
+def _master_pid(job) -> int:
+    return json.loads((Path(job.dir) / "master.json").read_text())["pid"]
+
+
+def _live_pids(job) -> dict[tuple[str, int], int]:
+    """{(role, id): pid} of the job's workers and PS that run now."""
+    return {
+        (i["role"], i["id"]): i["pid"]
+        for i in job.status()["instances"]
+        if i["pid"] and i["state"] not in ENDED
+    }
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_process(job_home):
+    rng = fault_rng("master-paused")
+    epochs = 4
+    job, (x, _), _ = digits_job(workers=2, epochs=epochs, loss=paced_loss, evaluate=False)
+    wait_for_step(job, rng.randint(5, 40))
+    before = _live_pids(job)
+    assert len(before) == 3, before  # 2 workers, 1 PS
+    master = _master_pid(job)
+
+    os.kill(master, signal.SIGSTOP)
+    seen_from_here: list[dict] = []  # the notebook asks meanwhile, and waits too
+    asking = threading.Thread(target=lambda: seen_from_here.append(job.status()))
+    try:
+        asking.start()
+        # Longer than any call's own timeout (GetTask and reports: 10 s), so every worker's
+        # calls fail meanwhile and are retried.
+        time.sleep(12 + rng.uniform(0, 2))
+        assert [p for p in before.values() if not _alive(p)] == []
+        assert seen_from_here == []
+    finally:
+        os.kill(master, signal.SIGCONT)
+    asking.join(10)
+    assert seen_from_here[0]["state"] == "running", seen_from_here  # the master's answer
+
+    assert job.wait(timeout=300)["state"] == "succeeded"
+    events = list(job.events(follow=False))
+    started = {
+        (e.data["role"], e.data["id"]): e.data["pid"]
+        for e in events
+        if e.kind == "instance" and e.data["kind"] == "started"
+    }
+    assert started == before  # nobody was relaunched: the same processes went on
+    unexpected = [
+        e.data
+        for e in events
+        if e.kind == "instance" and e.data["kind"] in ENDED and not e.data["expected"]
+    ]
+    assert unexpected == []
+    retried = [
+        line
+        for worker in (0, 1)
+        for line in job.logs("worker", worker).splitlines()
+        if "trying again" in line
+    ]
+    assert retried, "no worker call was retried: the pause did not test anything"
+    print(f"{len(retried)} retried calls, e.g. {retried[0]}")
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+
+
+def test_a_master_killed_by_sigkill_leaves_no_process_of_its_job_behind(job_home):
+    rng = fault_rng("master-sigkill")
+    job, _, _ = digits_job(workers=2, epochs=200, evaluate=False)
+    wait_for_step(job, rng.randint(1, 30))
+    master = _master_pid(job)
+    pids = _live_pids(job)
+    assert len(pids) == 3, pids
+    for (role, instance), pid in pids.items():  # the lifeline is armed in every one of them
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"{PARENT_ENV}={master}".encode() in environ, f"{role} {instance} has no lifeline"
+
+    os.kill(master, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: not any(_alive(p) for p in pids.values()), 5, "the job's processes to end")
+    print(f"every worker and PS gone {time.monotonic() - killed:.2f} s after the master")
+    assert job_processes(job_home) == []
+    assert job.status()["state"] == "lost"
+
+
+def test_three_jobs_started_at_the_same_moment_all_succeed(job_home):
+    together = threading.Barrier(3)
+
+    def start(i: int):
+        together.wait()
+        job, _, _ = digits_job(
+            workers=1, ps=1, epochs=1, evaluate=False, check=False, name=f"together-{i}"
+        )
+        return job
+
+    with ThreadPoolExecutor(3) as pool:
+        jobs = list(pool.map(start, range(3)))
+    for job in jobs:
+        assert job.wait(timeout=400)["state"] == "succeeded", job.name
+    addresses = [json.loads((Path(j.dir) / "master.json").read_text())["address"] for j in jobs]
+    assert len(set(addresses)) == 3
+
+
+@pytest.mark.parametrize("role", ["ps", "worker"])
+@pytest.mark.parametrize(
+    "token, identity, said",
+    [
+        ("another-job", "master", "refused this job's token: it is not a server of this job"),
+        (None, "ps-0", "is another server of this job"),
+    ],
+    ids=["another-jobs-master", "a-ps-of-this-job"],
+)
+def test_a_process_whose_master_address_is_served_by_another_server_exits_saying_so(
+    tmp_path, role, token, identity, said
+):
+    wrong = StubMaster(**({"token": token} if token else {}), identity=identity)
+    process = JobProcess(tmp_path / "job", wrong, role)
+    try:
+        process.start(wait=False)
+        code = process.proc.wait(120)  # (it imports TensorFlow first: seconds)
+        log = process.log.read_text()
+        assert code == WRONG_PEER_EXIT, log
+        assert f"the master at {wrong.address} {said}" in log
+    finally:
+        process.stop()
+        wrong.server.stop(0)
