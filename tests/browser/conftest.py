@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,12 +23,6 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHROMIUM = "/usr/bin/chromium"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Lab:
@@ -72,7 +65,7 @@ def lab(tmp_path_factory):
     for notebook in EXAMPLES.glob("*.ipynb"):
         if not notebook.name.endswith(".executed.ipynb"):
             shutil.copy(notebook, root / notebook.name)
-    token, port = secrets.token_hex(16), _free_port()
+    token = secrets.token_hex(16)
     settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)  # no "get notified about Jupyter news?" toast
     (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
@@ -81,24 +74,29 @@ def lab(tmp_path_factory):
         "ELASTICDL_NB_HOME": str(home),
         "JUPYTER_CONFIG_DIR": str(root / ".jupyter"),
         "JUPYTERLAB_SETTINGS_DIR": str(root / ".settings"),
+        "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),  # where it says which port it got
     }
     log = open(root / "lab.log", "w")  # noqa: SIM115  (closed below)
     server = subprocess.Popen(
         [
             sys.executable, "-m", "jupyterlab",
-            "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+            # Port 0: the server binds one the OS gives it (a port picked here and
+            # handed over could be taken meanwhile, and it would move to another).
+            "--no-browser", "--allow-root", "--ip=127.0.0.1", "--port=0",
+            "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
             "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands by id
         ],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    info = root / ".runtime" / f"jpserver-{server.pid}.json"
     deadline = time.monotonic() + 60
     while True:
         try:
+            url = json.loads(info.read_text())["url"].rstrip("/")
             urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
             break
-        except OSError:
+        except (OSError, ValueError, KeyError):
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
                 raise RuntimeError(

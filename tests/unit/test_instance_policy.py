@@ -11,21 +11,13 @@ import time
 from elasticdl_nb.backends.instance_event import OOM, PENDING, PREEMPTED, RUNNING, InstanceEvent
 from elasticdl_nb.runtime.master.instances import InstanceManager
 from elasticdl_nb.runtime.master.journal import Journal
+from tests.unit.masters import RecordingLauncher
 
 
-class Launcher:
+class Launcher(RecordingLauncher):
     def __init__(self, memory_steps: list[str]):
-        self.launched: list[tuple[str, int]] = []
+        super().__init__()
         self.memory_steps = list(memory_steps)  # what grow_memory answers, in turn
-
-    def launch(self, role: str, instance_id: int) -> None:
-        self.launched.append((role, instance_id))
-
-    def kill(self, role: str, instance_id: int, force: bool = False) -> None:
-        pass
-
-    def shutdown(self, grace_seconds: float) -> None:
-        pass
 
     def grow_memory(self, role: str) -> str | None:
         return self.memory_steps.pop(0) if self.memory_steps else None
