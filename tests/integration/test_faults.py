@@ -110,7 +110,9 @@ def test_scaling_workers_1_to_3_to_1_while_training(job_home):
     assert final["state"] == "succeeded"
     # The scale-down retired the surplus: two of the three workers running then, the
     # newest ones, each ending as asked (whatever ids earlier launches gave them).
-    down = next(i for i, e in enumerate(events) if e.kind == "scale" and e.data["workers_to"] == 1)
+    scales = [i for i, e in enumerate(events) if e.kind == "scale"]  # start, up, down
+    down = scales[-1]
+    assert [events[i].data["workers_to"] for i in scales] == [1, 3, 1]
     assert events[down].data["workers_from"] == 3
     running = set()
     for e in events[:down]:

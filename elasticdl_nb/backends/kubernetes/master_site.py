@@ -2,8 +2,9 @@
 
 Its own pod's uid (every object it creates is owned by that pod, so deleting the master
 pod deletes the job), its address (its Service's cluster IP, which the notebook created),
-and the address of each PS: a Service per PS, made before any pod, so every worker and
-PS starts knowing them all, and a relaunched PS comes back at the same one. Cluster IPs,
+and the address of each PS: a Service per PS, made before any pod, so each PS serves at
+a fixed address (workers ask the master for it, as they do locally) and a relaunched PS
+comes back at the same one. Cluster IPs,
 not DNS names: the job works without cluster DNS, and a relaunched PS is reachable at
 once (no DNS cache to go stale).
 """

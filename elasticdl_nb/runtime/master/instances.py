@@ -4,8 +4,9 @@ The same for every backend: the launcher only starts, kills and reports. Here we
 - workers: scale to the desired count; a crashed worker is replaced under a new id while
   the crash budget lasts, a preempted one always; when none is left and none may be
   started, the job fails;
-- parameter servers: a lost PS is relaunched under the same id, so at the same address,
-  and restores its newest checkpoint;
+- parameter servers: a lost PS is relaunched under the same id (so it owns the same
+  shard) and restores its newest checkpoint; until it reports where it serves, the
+  master gives no address for it (`on_ps_lost`);
 - out of memory: the replacement gets more (up to a cap, where the backend has limits);
 - pending too long (unschedulable, image not pulled): the journal says so; the job goes
   on with the workers it has, and fails if it is a PS that cannot start;
