@@ -12,8 +12,6 @@ from elasticdl_nb.backends.local.processes import LocalProcesses
 from elasticdl_nb.runtime.process_env import LOOPBACK
 from elasticdl_nb.runtime.protocol.channels import listen
 
-HOST = LOOPBACK
-
 
 class LocalSite:
     def __init__(self, job_dir: Path):
@@ -22,7 +20,7 @@ class LocalSite:
 
     def bind(self, server) -> str:
         """Listen on a loopback port the OS picks; returns the address to advertise."""
-        return f"{HOST}:{listen(server, f'{HOST}:0')}"
+        return f"{LOOPBACK}:{listen(server, f'{LOOPBACK}:0')}"
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> LocalProcesses:
         return LocalProcesses(self.job_dir, env, on_event)

@@ -144,10 +144,7 @@ class JobMaster:
             ask = self._task_asking[worker_id] = self._asks
             self._work.notify_all()  # an older call of this worker that waits: it is over
             while True:
-                if self._task_asking[worker_id] != ask:
-                    given = self._task_given.get(worker_id)
-                    if seq and given is not None and given[0] == seq:
-                        return given[1]
+                if self._task_asking[worker_id] != ask:  # (its caller reads the newer one)
                     return pb.Task(type=pb.NONE, wait_seconds=0.0)
                 if self.state in TERMINAL:
                     return pb.Task(type=pb.FINISHED)
