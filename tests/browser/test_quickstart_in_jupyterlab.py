@@ -20,6 +20,19 @@ DASHBOARD = ".jp-OutputArea-output:has(.edl-progress)"
 MINUTE = 60_000  # Playwright timeouts are in milliseconds
 
 
+# Records every value the progress bar shows, as the page applies it: a busy machine may
+# paint the page rarely while a short job runs, but each update still changes the DOM.
+RECORD_PROGRESS = f"""() => {{
+    window.edlProgress = [];
+    new MutationObserver(() => {{
+        const bar = document.querySelector("{DASHBOARD} .edl-progress");
+        const v = bar && parseFloat(bar.getAttribute("aria-valuenow"));
+        const seen = window.edlProgress;
+        if (bar && seen[seen.length - 1] !== v) seen.push(v);
+    }}).observe(document.body, {{subtree: true, childList: true, attributes: true}});
+}}"""
+
+
 def _progress(page) -> float:
     return float(page.locator(f"{DASHBOARD} .edl-progress").get_attribute("aria-valuenow"))
 
@@ -29,20 +42,30 @@ def test_quickstart_shows_a_live_dashboard_in_jupyterlab(lab, browser, tmp_path,
     request.addfinalizer(lambda: page.screenshot(path=str(tmp_path / "last-page.png")))
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The quickstart's 8 epochs train in about 2 s here (after ~10 s of start-up): about
+    # four renders (every 0.5 s) of the bar, which shows the current epoch's share, so on
+    # a busy machine each may land on 0 or 100 (seen on a fresh-clone run: the page never
+    # showed a value between). 40 epochs give the live view ~10 s to be seen in; every
+    # other check is the same.
+    notebook = lab.root / "quickstart.ipynb"
+    text = notebook.read_text()
+    assert text.count("--epochs 8") == 1
+    notebook.write_text(text.replace("--epochs 8", "--epochs 40"))
     page.goto(lab.page_url("lab/tree/quickstart.ipynb"))
+    page.evaluate(RECORD_PROGRESS)
     lab.run_all_cells(page)
 
-    # While the job runs: the dashboard appears and its progress advances.
+    # While the job runs: the dashboard appears and its progress advances (or the job is
+    # over, and what it showed on the way is checked below).
     page.wait_for_selector(f"{DASHBOARD} .edl-progress", timeout=2 * MINUTE)
     page.wait_for_function(
-        f"""() => {{
-            const bar = document.querySelector("{DASHBOARD} .edl-progress");
-            const v = bar && parseFloat(bar.getAttribute("aria-valuenow"));
-            return v > 0 && v < 100;
-        }}""",
-        timeout=2 * MINUTE,
+        "() => window.edlProgress.some(v => v > 0 && v < 100) || window.edlProgress.at(-1) === 100",
+        timeout=5 * MINUTE,
     )
-    running = _progress(page)
+    shown = page.evaluate("() => window.edlProgress")
+    running = [v for v in shown if 0 < v < 100]
+    print("progress the page showed so far:", shown)
+    assert running, f"the progress bar showed only {shown}: no live update while the job ran"
 
     # The notebook runs to its end: the last cells print the accuracy and list the job.
     page.wait_for_function(
@@ -51,7 +74,7 @@ def test_quickstart_shows_a_live_dashboard_in_jupyterlab(lab, browser, tmp_path,
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=MINUTE)
     dashboard = page.locator(DASHBOARD).first
     assert "succeeded" in dashboard.inner_text()
-    assert _progress(page) == 100.0 and running < 100.0
+    assert _progress(page) == 100.0
     table = page.locator(".edl-instances").first
     rows = table.locator("tr").all_inner_texts()
     assert sum(r.startswith("worker") for r in rows) == 2 and any(r.startswith("ps") for r in rows)

@@ -30,6 +30,37 @@ def grant_rbac_yaml(admin, namespace: str, user: str) -> None:
             "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
         },
     )  # fmt: skip
+    # The API server authorizes from caches of Roles and RoleBindings that follow these
+    # writes a moment later (longer on a busy machine): wait until it grants what the
+    # user and the master's service account need first, or a job started at once is
+    # refused (seen on a fresh-clone run).
+    for subject in (user, f"system:serviceaccount:{namespace}:elasticdl-nb-master"):
+        wait_until_allowed(admin, namespace, subject, "create", "pods")
+
+
+def wait_until_allowed(
+    admin, namespace: str, user: str, verb: str, resource: str, timeout: float = 30
+) -> None:
+    """Until the API server's authorizer lets `user` `verb` `resource` in `namespace`
+    (asked with a SubjectAccessReview, which goes through that same authorizer)."""
+    import time
+
+    from kubernetes import client
+
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    review = {
+        "spec": {
+            "user": user,
+            "groups": groups if user.startswith("system:serviceaccount:") else [],
+            "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource},
+        }
+    }
+    api = client.AuthorizationV1Api(admin)
+    deadline = time.monotonic() + timeout
+    while not api.create_subject_access_review(review).status.allowed:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{user} may still not {verb} {resource} after {timeout:g} s")
+        time.sleep(0.05)
 
 
 def ensure_priority_classes(admin) -> None:
