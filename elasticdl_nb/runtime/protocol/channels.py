@@ -38,6 +38,14 @@ _SERVER_OPTIONS = [*_OPTIONS, ("grpc.so_reuseport", 0)]
 class AddressTaken(OSError):
     """A server could not bind its address: something else listens there."""
 
+    def __init__(self, address: str, detail: str):
+        super().__init__(
+            f"cannot listen on {address}: the address is in use or not on this host "
+            f"({detail}). Another process holds the port; a job's servers bind the ports "
+            "the OS gives them, so this is a port fixed in the job's settings or a server "
+            "that is still running."
+        )
+
 
 def open_channel(
     address: str, token: str, peer: str, patience: Patience | None = None
@@ -67,18 +75,10 @@ def listen(server: grpc.Server, address: str) -> int:
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:  # grpcio raises "Failed to bind to address ..."
-        raise AddressTaken(_taken(address, str(exc))) from None
+        raise AddressTaken(address, str(exc)) from None
     if not port:  # older grpcio returns 0 instead
-        raise AddressTaken(_taken(address, "bind failed"))
+        raise AddressTaken(address, "bind failed")
     return port
-
-
-def _taken(address: str, detail: str) -> str:
-    return (
-        f"cannot listen on {address}: the address is in use or not on this host ({detail}). "
-        "Another process holds the port; a job's servers bind their own ports, so this is "
-        "a port fixed in the job's settings or a server that is still running."
-    )
 
 
 def host_of(address: str) -> str:

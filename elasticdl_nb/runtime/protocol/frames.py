@@ -44,11 +44,7 @@ def listen_socket(host: str, port: int = 0) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, reuse_port=False)
     except OSError as exc:
-        raise AddressTaken(
-            f"cannot listen on {host}:{port}: {exc.strerror}. Another process holds the "
-            "port; a job's listeners take the ports the OS gives them, so this is a port "
-            "fixed in the job's settings or a listener that is still running."
-        ) from None
+        raise AddressTaken(f"{host}:{port}", exc.strerror or str(exc)) from None
 
 
 class FrameError(ConnectionError):

@@ -58,6 +58,28 @@ class Patience:
     max_delay: float = 2.0
 
 
+class Backoff:
+    """One run of tries under a `Patience`: `wait()` sleeps before the next try, unless
+    that try would come after the deadline (`exhausted`)."""
+
+    def __init__(self, patience: Patience):
+        self.patience = patience
+        self.started = time.monotonic()
+        self.delay = patience.first_delay
+
+    @property
+    def waited(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def exhausted(self) -> bool:
+        return self.waited + self.delay > self.patience.seconds
+
+    def wait(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.patience.max_delay)
+
+
 class PatientCalls(grpc.UnaryUnaryClientInterceptor):
     """Retries transient failures of every unary call (see the module docstring)."""
 
@@ -67,8 +89,7 @@ class PatientCalls(grpc.UnaryUnaryClientInterceptor):
     def intercept_unary_unary(self, continuation, client_call_details, request):
         method = client_call_details.method
         method = method.decode() if isinstance(method, bytes) else method
-        started = time.monotonic()
-        delay = self.patience.first_delay
+        backoff = Backoff(self.patience)
         while True:
             outcome = continuation(client_call_details, request)
             code = outcome.code()
@@ -78,16 +99,14 @@ class PatientCalls(grpc.UnaryUnaryClientInterceptor):
                     if misdirected is not None:
                         raise misdirected
                 return outcome
-            waited = time.monotonic() - started
-            if waited + delay > self.patience.seconds:
+            if backoff.exhausted:
                 raise PeerUnreachable(
                     f"the {self.peer} at {self.address} did not answer "
-                    f"{method.rsplit('/', 1)[-1]} for {waited:.0f} s "
+                    f"{method.rsplit('/', 1)[-1]} for {backoff.waited:.0f} s "
                     f"(limit {self.patience.seconds:g} s): {code.name}: {outcome.details()}"
                 )
             log.info(
                 "%s at %s: %s on %s; trying again in %.1f s",
-                self.peer, self.address, code.name, method, delay,
+                self.peer, self.address, code.name, method, backoff.delay,
             )  # fmt: skip
-            time.sleep(delay)
-            delay = min(delay * 2, self.patience.max_delay)
+            backoff.wait()

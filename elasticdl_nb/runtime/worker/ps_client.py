@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +31,13 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk import BulkClient
 from elasticdl_nb.runtime.protocol.channels import host_of, open_channel
-from elasticdl_nb.runtime.protocol.patience import MISDIRECTED, PeerUnreachable, wrong_peer
+from elasticdl_nb.runtime.protocol.patience import (
+    MISDIRECTED,
+    Backoff,
+    Patience,
+    PeerUnreachable,
+    wrong_peer,
+)
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
 
 log = logging.getLogger("elasticdl_nb.worker")
@@ -111,20 +116,21 @@ class PsClient:
 
     # ------------------------------------------------------------------ where the PS are
 
+    def _backoff(self) -> Backoff:
+        return Backoff(Patience(self.give_up_after, first_delay=0.05, max_delay=1.0))
+
     def _wait_until_up(self) -> list[str]:
-        deadline = time.monotonic() + self.give_up_after
-        delay = 0.1
+        backoff = self._backoff()
         while True:
             addresses = list(self._locate())
             if all(addresses):
                 return addresses
-            if time.monotonic() + delay > deadline:
+            if backoff.exhausted:
                 down = [ps for ps, a in enumerate(addresses) if not a]
                 raise PeerUnreachable(
                     f"PS {down} not up within {self.give_up_after:.0f} s: see their logs"
                 )
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            backoff.wait()
 
     def _connect(self, ps: int, address: str) -> None:
         """Talk to shard `ps` at `address` from now on."""
@@ -346,8 +352,7 @@ class PsClient:
     def _call(self, ps: int, call):
         """Call shard `ps`, retrying with backoff while it is unreachable or its address
         answers as something else, asking the master where it is before each retry."""
-        deadline = time.monotonic() + self.give_up_after
-        delay = 0.05
+        backoff = self._backoff()
         confirmed_wrong = 0
         while True:
             try:
@@ -361,11 +366,12 @@ class PsClient:
                     confirmed_wrong += 1
                     if confirmed_wrong >= MISDIRECTED_CONFIRMATIONS:
                         raise wrong from err
-                if time.monotonic() > deadline:
+                if backoff.exhausted:
                     raise PeerUnreachable(
                         f"PS {ps} (last at {tried}) did not answer for "
-                        f"{self.give_up_after:.0f} s: {err.code().name}: {err.details()}"
+                        f"{backoff.waited:.0f} s: {err.code().name}: {err.details()}"
                     ) from err
-                log.info("PS %d at %s: %s; retrying in %.2f s", ps, tried, err.code().name, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                log.info(
+                    "PS %d at %s: %s; retrying in %.2f s", ps, tried, err.code().name, backoff.delay
+                )
+                backoff.wait()
