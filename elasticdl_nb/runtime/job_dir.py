@@ -1,0 +1,106 @@
+"""The job directory: the one folder every process of a job and every reader of it
+shares. Its layout is written here and nowhere else:
+
+    job.json      name, backend, creation time, token (and, for a Kubernetes job, where
+                  it runs: namespace, kubeconfig, the master's address); owner-only
+    spec.json     the JobSpec            sources.json  resolved data sources
+    bundle/       the model bundle       master.json   master address and pid (when up)
+    data/         notebook arrays staged for the job
+    state.json    the final state, written by the master when the job ends
+    events.jsonl  the event journal      logs/         one log per process
+    checkpoints/  PS checkpoints         model.keras   the exported model
+
+JSON files are written atomically (readers never see half a file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elasticdl_nb.vocabulary import Role
+
+
+@dataclass(frozen=True)
+class JobDir:
+    path: Path
+
+    @property
+    def record(self) -> Path:
+        return self.path / "job.json"
+
+    @property
+    def spec(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
+    def sources(self) -> Path:
+        return self.path / "sources.json"
+
+    @property
+    def bundle(self) -> Path:
+        return self.path / "bundle"
+
+    @property
+    def data(self) -> Path:
+        return self.path / "data"
+
+    @property
+    def master(self) -> Path:
+        return self.path / "master.json"
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def events(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def model(self) -> Path:
+        return self.path / "model.keras"
+
+    def log(self, role: str, index: int = 0) -> Path:
+        """The log of one process: `master.log`, `worker-3.log`, `ps-0.log`."""
+        name = "master" if role == Role.MASTER else f"{role}-{index}"
+        return self.logs / f"{name}.log"
+
+    def log_tail(self, role: str, index: int = 0, lines: int = 30) -> str:
+        return log_tail(self.log(role, index), lines)
+
+
+def write_json(path: Path, value: Any, private: bool = False) -> None:
+    """Write JSON atomically: to a temporary file beside it, then renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "w") as out:
+        json.dump(value, out, indent=1)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    """The file's JSON, or None while it does not exist (or is being replaced)."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a log file, or '(no log)'."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"

@@ -1,0 +1,161 @@
+"""The words every part of a job speaks: job states, phases, roles, instance states and
+the kinds of journal events.
+
+Each is a `StrEnum`, so a member *is* its string: it goes into JSON, the journal and
+gRPC messages as is, and compares equal to the plain string a reader got from the wire
+(`JobState.FAILED == "failed"`). Nothing else in the package spells these words; the
+README's event table is written from `EventKind` (a test fails when the two differ) and
+the sidebar takes the final states from the job API (`FINAL_STATES`).
+
+This module sits below everything (it imports nothing of ours), so the runtime, the
+backends, the SDK and every front end can share it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """Where a job is, as `Job.status()['state']`, the journal's `job_state` events and
+    the sidebar say."""
+
+    STARTING = "starting"  # submitted; its master is not serving yet (a pod being scheduled)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # by the user (Stop, `%elasticdl stop`, a signal to the master)
+    LOST = "lost"  # its master is gone without recording an end state
+    ENDED = "ended"  # a Kubernetes job seen only by its master pod, which has ended
+
+
+# The states a master ends a job in (what its last `job_state` event says).
+MASTER_END_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
+# States after which nothing about the job changes any more.
+FINAL_STATES = MASTER_END_STATES | {JobState.LOST, JobState.ENDED}
+
+
+class Phase(StrEnum):
+    """What a running job's master is doing, in this order; after a PS loses work at the
+    very end (`finishing`), it goes back to `training` to redo it (see the master's
+    transitions table)."""
+
+    TRAINING = "training"
+    EVALUATING = "evaluating"  # the final evaluation
+    EXPORTING = "exporting"  # one worker writes the trained model
+    FINISHING = "finishing"  # the final checkpoint, then `succeeded`
+
+
+class Role(StrEnum):
+    """The kinds of process in a job."""
+
+    MASTER = "master"
+    WORKER = "worker"
+    PS = "ps"
+
+
+class InstanceState(StrEnum):
+    """What happened to a worker or PS, the same words for every backend (the `kind` of
+    an `instance` event)."""
+
+    STARTED = "started"  # launched (process spawned, pod created)
+    PENDING = "pending"  # waiting to be scheduled or started; `reason` says for what
+    RUNNING = "running"  # confirmed running
+    RETIRING = "retiring"  # a worker told to leave (scale down); it finishes its step first
+    SUCCEEDED = "succeeded"  # exited with code 0
+    FAILED = "failed"  # exited with a non-zero code
+    KILLED = "killed"  # ended by a signal
+    PREEMPTED = "preempted"  # taken away by the platform; not the instance's fault
+    OOM = "oom"  # killed for exceeding its memory
+    DELETED = "deleted"  # removed without exiting on its own
+
+
+INSTANCE_ENDED = frozenset(
+    {
+        InstanceState.SUCCEEDED,
+        InstanceState.FAILED,
+        InstanceState.KILLED,
+        InstanceState.PREEMPTED,
+        InstanceState.OOM,
+        InstanceState.DELETED,
+    }
+)
+
+
+class EventKind(StrEnum):
+    """The kinds of event in a job's journal; each member's `fields` say what its data
+    holds (the README's event table is these, in this order)."""
+
+    fields: str
+
+    def __new__(cls, value: str, fields: str) -> EventKind:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.fields = fields
+        return member
+
+    JOB_STATE = (
+        "job_state",
+        "`state` (running, succeeded, failed, stopped), `reason`, and the progress fields",
+    )
+    PROGRESS = (
+        "progress",
+        "`epoch`, `epochs`, `step`, `records_done`, `records_per_epoch`, "
+        "`records_per_second` (after each training task)",
+    )
+    LOSS = (
+        "loss",
+        "`worker`, `points`: `[[n, loss], ...]` (n counts every reported minibatch, "
+        "redone ones too)",
+    )
+    WORKER_TIME = (
+        "worker_time",
+        "`worker`, `task`, `minibatches`, `task_s`, `compute_s` (in the train step), "
+        "`wait_s` (blocked on PS replies): where a worker's time on one training task went",
+    )
+    PHASE = "phase", "`phase` (training, evaluating, exporting, finishing), `previous`"
+    EPOCH = "epoch", "`epoch`, `tasks`"
+    EVALUATION_STARTED = "evaluation_started", "`round`, `step`, `tasks`"
+    EVALUATION = "evaluation", "`round`, `step`, `metrics` (name → value), `final`"
+    INSTANCE = (
+        "instance",
+        "`role`, `id`, `kind` (started, pending, running, retiring, succeeded, failed, "
+        "killed, preempted, oom, deleted), `pid`, `exit_code`, `signal`, `reason`, `expected`",
+    )
+    PENDING_TOO_LONG = (
+        "pending_too_long",
+        "`role`, `id`, `seconds`, `reason`: an instance waited longer than `pending_timeout` "
+        "to start (a PS: the job fails; a worker: it is given up)",
+    )
+    MEMORY_RAISED = (
+        "memory_raised",
+        "`role`, `id`, `memory` ('OLD -> NEW'): after an OOM kill, the role's next "
+        "instances get more memory",
+    )
+    SCALE = "scale", "`workers_from`, `workers_to`, `reason`"
+    RELAUNCH = "relaunch", "`role`, `id`, `replaces`, `reason`"
+    RELAUNCH_REFUSED = "relaunch_refused", "`role`, `id`, `reason` (the budget is spent)"
+    REQUEUE = "requeue", "`epoch`, `batches`, and `worker`/`task`/`kind` or `source`/`reason`"
+    PS_RESTORED = (
+        "ps_restored",
+        "`ps`, `restored_version`, `newest_seen_version`, `updates_rolled_back`",
+    )
+    EXPORT = "export", "`path`, `worker`"
+    CHECKPOINT = "checkpoint", "`versions`, `final`"
+    GROUP = (
+        "group",
+        "(allreduce) `version`, `members`, `joined`, `left`, `reason` (formed, joined, left, "
+        "failure); after a failure `step`, `agreed_s`, `causes`",
+    )
+    GROUP_SETTLED = (
+        "group_settled",
+        "(allreduce) `version`, `step`, `seconds` (from the change to the group's next "
+        "completed step), `cause`, `completed_at`, `worker`",
+    )
+
+
+def event_table() -> str:
+    """The README's table of event kinds, in Markdown."""
+    rows = ["| kind | data |", "|---|---|"]
+    rows += [f"| `{kind}` | {kind.fields} |" for kind in EventKind]
+    return "\n".join(rows)
