@@ -172,7 +172,7 @@ elif MODE == "naive":
     import ipywidgets as W
     import plotly.graph_objects as go
 
-    from elasticdl_nb.widgets.dashboard import _details_html, _status_html
+    from elasticdl_nb.widgets.dashboard_html import details_html, status_html
 
     view = JobView.for_job(job)
     status, details = W.HTML(), W.HTML()
@@ -183,10 +183,10 @@ elif MODE == "naive":
     def naive_follow():
         for event in job.events():
             view.apply(event)
-            status.value = _status_html(view, time.time())
+            status.value = status_html(view, time.time())
             total = view.records_total()
             bar.value = int(1000 * view.records_done() / total) % 1001 if total else 0
-            details.value = _details_html(view)
+            details.value = details_html(view)
             xs, ys = view.loss.xy()
             figure.data[0].x = xs
             figure.data[0].y = ys

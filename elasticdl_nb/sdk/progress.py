@@ -12,9 +12,15 @@ import time
 from typing import TextIO
 
 from elasticdl_nb.runtime.master.journal import Event
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, JobState
+
+# How an instance can be lost: it ended, and not by finishing its work.
+INSTANCE_LOST = INSTANCE_ENDED - {InstanceState.SUCCEEDED}
 
 
 def format_progress(data: dict) -> str:
+    """The progress line: epoch, records (and their share), step and rate, from the
+    fields of a `progress` event."""
     total = data.get("records_per_epoch") or 0
     done = data.get("records_done", 0)
     pct = f" ({100 * done / total:.0f}%)" if total else ""
@@ -29,57 +35,54 @@ def _number(value: object) -> str:
     return f"{value:.4f}" if isinstance(value, int | float) else str(value)
 
 
-# How an instance can be lost, in the journal's words (backends/instance_event.py).
-LOST = ("failed", "killed", "oom", "preempted", "deleted")
-
-
 def describe(event: Event) -> str | None:
     """One line for a notable event, or None for routine ones."""
     d = event.data
-    if event.kind == "instance" and d.get("kind") in LOST:
+    if event.kind == EventKind.INSTANCE and d.get("kind") in INSTANCE_LOST:
         if d.get("expected"):
             return None
         reason = d.get("reason") or d["kind"]
-        if d["kind"] == "preempted" and "preempt" not in reason.lower():  # "Evicted: ..."
+        # a platform may not call it a preemption ("Evicted: ...")
+        if d["kind"] == InstanceState.PREEMPTED and "preempt" not in reason.lower():
             reason = f"preempted: {reason}"
         return f"{d['role']} {d['id']} {reason}"
-    if event.kind == "instance" and d.get("kind") == "pending":
+    if event.kind == EventKind.INSTANCE and d.get("kind") == InstanceState.PENDING:
         return f"{d['role']} {d['id']} pending: {d.get('reason', '')}"
-    if event.kind == "pending_too_long":
+    if event.kind == EventKind.PENDING_TOO_LONG:
         return f"{d['role']} {d['id']} still not started after {d['seconds']:.0f} s: {d['reason']}"
-    if event.kind == "memory_raised":
+    if event.kind == EventKind.MEMORY_RAISED:
         return f"{d['role']} {d['id']} ran out of memory: next {d['role']}s get {d['memory']}"
-    if event.kind == "relaunch":
+    if event.kind == EventKind.RELAUNCH:
         return f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
-    if event.kind == "relaunch_refused":
+    if event.kind == EventKind.RELAUNCH_REFUSED:
         return f"not relaunching {d['role']} {d['id']}: {d['reason']}"
-    if event.kind == "requeue" and d.get("batches"):
+    if event.kind == EventKind.REQUEUE and d.get("batches"):
         return f"re-queued {d['batches']} minibatches of epoch {d.get('epoch', 0) + 1}"
-    if event.kind == "ps_restored":
+    if event.kind == EventKind.PS_RESTORED:
         return (
             f"PS {d['ps']} restored version {d['restored_version']}; "
             f"{d['updates_rolled_back']} updates rolled back and redone"
         )
-    if event.kind == "scale" and d["workers_from"] != d["workers_to"]:
+    if event.kind == EventKind.SCALE and d["workers_from"] != d["workers_to"]:
         return f"scaling workers {d['workers_from']} -> {d['workers_to']}"
-    if event.kind == "evaluation":
+    if event.kind == EventKind.EVALUATION:
         metrics = ", ".join(f"{k} {_number(v)}" for k, v in d["metrics"].items())
         return f"evaluation at step {d['step']}: {metrics}"
-    if event.kind == "export":
+    if event.kind == EventKind.EXPORT:
         return f"model exported to {d['path']}"
-    if event.kind == "checkpoint":
+    if event.kind == EventKind.CHECKPOINT:
         versions = ", ".join(str(v) for v in d.get("versions", []))
         return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"
-    if event.kind == "phase":
+    if event.kind == EventKind.PHASE:
         return f"phase: {d['phase']}"
-    if event.kind == "group":
+    if event.kind == EventKind.GROUP:
         return _group_line(d)
-    if event.kind == "group_settled":
+    if event.kind == EventKind.GROUP_SETTLED:
         return (
             f"group v{d['version']} stepping again at step {d['step']}: "
             f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
         )
-    if event.kind == "job_state" and d["state"] != "running":
+    if event.kind == EventKind.JOB_STATE and d["state"] != JobState.RUNNING:
         reason = f": {d['reason']}" if d.get("reason") else ""
         return f"job {d['state']}{reason}"
     return None
@@ -110,6 +113,10 @@ def _group_line(d: dict) -> str:
 
 
 class ProgressPrinter:
+    """Prints one job's events as they come (`show(event)`): the progress line, rewritten
+    in place on a terminal and at most every `every_seconds` elsewhere, and a line of its
+    own for each notable event (`describe`)."""
+
     def __init__(self, name: str, out: TextIO | None = None, every_seconds: float = 5.0):
         self.name = name
         self.out = out or sys.stdout
@@ -119,7 +126,7 @@ class ProgressPrinter:
         self._open_line = False
 
     def show(self, event: Event) -> None:
-        if event.kind == "progress":
+        if event.kind == EventKind.PROGRESS:
             now = time.monotonic()
             text = f"[{self.name}] {format_progress(event.data)}"
             if self.tty:

@@ -8,6 +8,11 @@ script), or with `text=True`, a daemon thread prints compact text progress
 
 `Dashboard` (and with it ipywidgets and plotly, a second to import) is loaded only when
 a dashboard is shown.
+
+The modules: job_view.py folds the job's journal into a `JobView` (no widgets), series.py
+keeps its curves bounded; dashboard.py is the `Dashboard` widget and its two threads,
+dashboard_html.py draws its status and details as HTML, live_figure.py is its plotly
+figure, which sends each update as one message.
 """
 
 from __future__ import annotations

@@ -9,18 +9,18 @@ Two daemon threads per dashboard, nothing shared between dashboards:
   whichever cell happens to be running.
 
 What the front end receives is kept to a few messages a second however fast events come
-(issue target: about 4 a second). A render sends one message per widget that changed,
-so everything that changes often lives in few widgets: `status` (header, progress bar and
-figures, one HTML widget, at most every `interval`), the curves (one figure update, at
-most every `figure_interval`) and `details` (instances table and event log, one HTML
-widget, only when they changed, at the same slower pace). Controls: a worker count with
-"Scale", and "Stop", which asks for a second click first.
+(about 4 at the defaults). A render sends one message per widget that changed, so
+everything that changes often lives in few widgets: `status` (header, progress bar and
+figures, one HTML widget, at most every `interval`), the curves (a `LiveFigure`,
+live_figure.py: one message per update, at most every `figure_interval`) and `details`
+(instances table and event log, one HTML widget, only when they changed, at the same
+slower pace). The HTML of both is drawn by dashboard_html.py. Controls: a worker count
+with "Scale", and "Stop", which asks for a second click first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import html
 import threading
 import time
 from collections.abc import Callable
@@ -28,72 +28,14 @@ from typing import Any
 
 import ipywidgets as W
 import plotly.graph_objects as go
-from plotly.serializers import custom_serializers
-from traitlets import Dict
 
-from elasticdl_nb.sdk.progress import LOST, format_progress
+from elasticdl_nb.vocabulary import JobState
+from elasticdl_nb.widgets.dashboard_html import ERROR_COLOR, colored, details_html, status_html
 from elasticdl_nb.widgets.job_view import JobLike, JobView
+from elasticdl_nb.widgets.live_figure import LiveFigure
 
 CONFIRM_SECONDS = 5.0  # "Confirm stop" turns back into "Stop" after this long
-STATE_COLORS = {
-    "starting": "#888",
-    "running": "#1a7f37",
-    "succeeded": "#0b5cad",
-    "failed": "#c62828",
-    "stopped": "#9a6700",
-}
-ERROR_COLOR = "#c62828"
 TRAINING_LOSS = "training loss"
-
-
-class _LiveFigure(go.FigureWidget):
-    """A FigureWidget that costs one message to the front end per update.
-
-    plotly sends an update (and an added trace) as four state messages: the trace edit
-    id, the layout edit id, the payload, then None in the payload's place. Here the ids and
-    the payload travel in one `hold_sync` message; the payload is left in place rather than
-    reset (every payload carries new edit ids, so the next one is still a change).
-
-    The browser answers every update with the defaults Plotly.js computed (trace and
-    layout deltas); plotly stores them and resets the two traits to None, and ipywidgets
-    echoes each incoming value back: four more messages to the front end per update, for
-    defaults this dashboard never reads. Here they are neither echoed nor reset.
-    """
-
-    _js2py_traceDeltas = Dict(allow_none=True).tag(
-        sync=True, echo_update=False, **custom_serializers
-    )
-    _js2py_layoutDelta = Dict(allow_none=True).tag(
-        sync=True, echo_update=False, **custom_serializers
-    )
-
-    def _handler_js2py_traceDeltas(self, change: Any) -> None:  # see the class docstring
-        pass
-
-    def _handler_js2py_layoutDelta(self, change: Any) -> None:
-        pass
-
-    def _send_in_one(self, trait: str, msg: dict[str, Any]) -> None:
-        with self.hold_sync():
-            self._last_trace_edit_id += 1
-            self._last_layout_edit_id += 1
-            msg["trace_edit_id"] = self._last_trace_edit_id
-            msg["layout_edit_id"] = self._last_layout_edit_id
-            setattr(self, trait, msg)
-
-    def _send_update_msg(
-        self, restyle_data, relayout_data, trace_indexes=None, source_view_id=None
-    ) -> None:
-        msg = {
-            "style_data": restyle_data,
-            "layout_data": relayout_data,
-            "style_traces": self._normalize_trace_indexes(trace_indexes),
-            "source_view_id": source_view_id,
-        }
-        self._send_in_one("_py2js_update", msg)
-
-    def _send_addTraces_msg(self, new_traces_data) -> None:  # noqa: N802 (plotly's name)
-        self._send_in_one("_py2js_addTraces", {"trace_data": new_traces_data})
 
 
 class Dashboard:
@@ -165,7 +107,7 @@ class Dashboard:
         )
         self.scale_button.on_click(self._on_scale)
         self.stop_button.on_click(self._on_stop)
-        self.figure = _LiveFigure(
+        self.figure = LiveFigure(
             data=[go.Scatter(x=[], y=[], mode="lines", name=TRAINING_LOSS)],
             layout=go.Layout(
                 height=300,
@@ -262,7 +204,7 @@ class Dashboard:
         details = None
         with self._view_lock:
             view = self.view
-            status = _status_html(view, time.time())
+            status = status_html(view, time.time())
             ended = view.ended
             if slow:
                 self._last_slow = now
@@ -275,7 +217,7 @@ class Dashboard:
                         self._drawn[name] = series.version
                 versions = (view.instances_version, view.log_version)
                 if versions != self._details_drawn:
-                    details = _details_html(view)
+                    details = details_html(view)
                     self._details_drawn = versions
         sent = 0
         with self._push_lock:
@@ -290,7 +232,7 @@ class Dashboard:
                 for w in (self.workers_input, self.scale_button, self.stop_button):
                     sent += self._set(w, disabled=True)
             if final and self.error:
-                sent += self._set(self.notice, value=_colored(self.error, ERROR_COLOR))
+                sent += self._set(self.notice, value=colored(self.error, ERROR_COLOR))
             if sent:
                 self.renders += 1
         return sent
@@ -336,7 +278,7 @@ class Dashboard:
     # ------------------------------------------------------------------ controls
 
     def _say(self, text: str, error: bool = False) -> None:
-        self._set(self.notice, value=_colored(text, ERROR_COLOR if error else "#555"))
+        self._set(self.notice, value=colored(text, ERROR_COLOR if error else "#555"))
 
     def _on_scale(self, _button: Any = None) -> None:
         self._disarm_stop()
@@ -357,7 +299,7 @@ class Dashboard:
         self._in_background(
             "stopping the job…",
             self.job.stop,
-            lambda status: f"job {status.get('state', 'stopped')}",
+            lambda status: f"job {status.get('state', JobState.STOPPED)}",
         )
 
     def _disarm_stop(self) -> int:
@@ -384,126 +326,11 @@ class Dashboard:
         self._action.start()
 
 
-# ---------------------------------------------------------------------- HTML
-
-
 def _execution_count() -> int | None:
+    """The running cell's number in IPython, or None outside IPython."""
     try:
         from IPython import get_ipython
     except ImportError:
         return None
     ip = get_ipython()
     return getattr(ip, "execution_count", None)
-
-
-def _colored(text: str, color: str) -> str:
-    return f'<span style="color:{color}">{html.escape(text)}</span>'
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def _status_html(view: JobView, now: float) -> str:
-    """Header, progress bar and progress figures: the part that changes every render."""
-    e = html.escape
-    color = STATE_COLORS.get(view.state, "#555")
-    head = [
-        f"<b>{e(view.name)}</b>",
-        f'<span style="color:#888">{e(view.backend)}</span>',
-        f'<b style="color:{color}">{e(view.state)}</b>',
-    ]
-    if not view.ended and view.phase != "training":
-        head.append(e(view.phase))
-    elif not view.ended and view.evaluating is not None:
-        head.append(f"evaluating (round {view.evaluating})")
-    head.append(f"elapsed {_duration(view.elapsed(now))}")
-    eta = view.eta(now)
-    if eta is not None:
-        head.append(f"ETA {_duration(eta)}")
-    total, done = view.records_total(), view.records_done()
-    fraction = min(1.0, done / total) if total else (1.0 if view.state == "succeeded" else 0.0)
-    bar_color = STATE_COLORS.get(view.state, "#1a7f37")
-    # Drawn in this HTML rather than as an IntProgress widget: one message per render, not
-    # three; the role and aria values make it a progress bar to assistive tools and tests.
-    bar = (
-        f'<div class="edl-progress" role="progressbar" aria-valuemin="0" aria-valuemax="100" '
-        f'aria-valuenow="{100 * fraction:.1f}" style="background:#e6e6e6;height:8px;'
-        'border-radius:4px;margin:4px 0;max-width:640px"><div style="width:'
-        f'{100 * fraction:.1f}%;height:100%;background:{bar_color};border-radius:4px"></div>'
-        "</div>"
-    )
-    figures = []
-    if view.progress:
-        figures.append(e(format_progress({"epochs": view.epochs or "?", **view.progress})))
-    if view.tasks_total:
-        figures.append(f"tasks {view.tasks_done}/{view.tasks_total}")
-    if view.last_loss is not None:
-        figures.append(f"loss {view.last_loss:.4g}")
-    figures.append(f"workers {view.live_workers()}/{view.workers or '?'}")
-    if view.ps:
-        figures.append(f"PS {view.ps}")
-    if view.group_version:
-        group = f"group v{view.group_version} ({len(view.group_members)} members)"
-        if view.last_change:
-            cause, seconds = view.last_change
-            group += f", last {_CHANGES.get(cause, cause)} stepping again in {seconds:.3g} s"
-        figures.append(e(group))
-    figures_line = " | ".join(figures)
-    reason = ""
-    if view.ended and view.reason:
-        color = ERROR_COLOR if view.state == "failed" else "#555"
-        reason = f"<div>{_colored(view.reason, color)}</div>"
-    return (
-        '<div style="font-size:13px;line-height:1.5">'
-        f"<div>{' · '.join(head)}</div>{bar}<div>{figures_line}</div>{reason}</div>"
-    )
-
-
-_CHANGES = {"failure": "recovery", "joined": "join", "left": "leave"}
-
-
-def _details_html(view: JobView) -> str:
-    """The instances table and the event log, newest line at the bottom."""
-    e = html.escape
-    cell = 'style="padding:1px 10px 1px 0;text-align:left"'
-    rows = [
-        "<tr>"
-        + "".join(
-            f"<th {cell}>{h}</th>"
-            for h in ("role", "id", "state", "restarts", "exit", "reason", "pid")
-        )
-        + "</tr>"
-    ]
-    for r in view.rows():
-        exit_ = r.signal or ("" if r.exit_code is None else str(r.exit_code))
-        restarts = str(r.restarts) + (f" (replaces {r.replaces})" if r.replaces is not None else "")
-        color = ERROR_COLOR if r.state in LOST else "inherit"
-        values = (r.role, r.id, r.state, restarts, exit_, r.reason, r.pid or "")
-        rows.append(
-            f'<tr style="color:{color}">'
-            + "".join(f"<td {cell}>{e(str(v))}</td>" for v in values)
-            + "</tr>"
-        )
-    table = (
-        '<table class="edl-instances" style="font-size:12px;border-collapse:collapse">'
-        f"{''.join(rows)}</table>"
-    )
-    # column-reverse keeps the box scrolled to its bottom (the newest line) in browsers;
-    # so the newest line comes first in the markup.
-    lines = []
-    for line in reversed(view.log):
-        stamp = time.strftime("%H:%M:%S", time.localtime(line.time))
-        text = _colored(line.text, ERROR_COLOR) if line.error else e(line.text)
-        lines.append(f'<div><span style="color:#888">{stamp}</span> {text}</div>')
-    log = (
-        '<div class="edl-events" style="max-height:180px;overflow-y:auto;display:flex;'
-        "flex-direction:column-reverse;font-family:var(--jp-code-font-family,monospace);"
-        'font-size:12px;border-top:1px solid #ddd;margin-top:6px;padding-top:4px">'
-        + ("".join(lines) or '<div style="color:#888">no events yet</div>')
-        + "</div>"
-    )
-    return table + log

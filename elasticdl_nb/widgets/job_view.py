@@ -13,17 +13,27 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.sdk.progress import LOST, describe
+from elasticdl_nb.sdk.progress import INSTANCE_LOST, describe
+from elasticdl_nb.vocabulary import (
+    FINAL_STATES,
+    INSTANCE_ENDED,
+    EventKind,
+    InstanceState,
+    JobState,
+    Phase,
+    Role,
+)
 from elasticdl_nb.widgets.series import Series
 
-TERMINAL = ("succeeded", "failed", "stopped")
-# Instance kinds after which the process is gone (backends/instance_event.py).
-ENDED = ("succeeded", "failed", "killed", "preempted", "oom", "deleted")
+# The table's word for a PS between its end and its relaunch under the same id (a
+# `relaunch` event); not a journal word, so not an `InstanceState`.
+RELAUNCHING = "relaunching"
+# What `progress` and `job_state` events carry about the training's progress.
 PROGRESS_FIELDS = (
     "epoch",
     "epochs",
@@ -36,7 +46,7 @@ PROGRESS_FIELDS = (
 
 class JobLike(Protocol):
     """What the dashboard needs of a job; `elasticdl_nb.Job` has it all (and `dir`, whose
-    spec.json gives the backend, the epochs and the workers, when there is one)."""
+    spec.json gives the backend, the epochs, the workers and the PS, when there is one)."""
 
     @property
     def name(self) -> str: ...
@@ -56,7 +66,7 @@ class InstanceRow:
 
     role: str
     id: int
-    state: str = "started"
+    state: str = InstanceState.STARTED  # an InstanceState, or RELAUNCHING
     restarts: int = 0  # relaunches before this one (a relaunched worker gets a new id)
     replaces: int | None = None
     pid: int | None = None
@@ -91,9 +101,9 @@ class JobView:
         self.epochs = epochs
         self.workers = workers  # desired workers: the spec's, then each `scale` event's
         self.ps = ps
-        self.state = "starting"
+        self.state: str = JobState.STARTING
         self.reason = ""
-        self.phase = "training"
+        self.phase: str = Phase.TRAINING
         self.last_seq = -1
         self.started_at: float | None = None  # time of the first event
         self.ended_at: float | None = None  # time of the terminal job_state
@@ -144,9 +154,9 @@ class JobView:
         self.last_seq = event.seq
         if self.started_at is None:
             self.started_at = event.time
-        handler = getattr(self, f"_on_{event.kind}", None)
+        handler = self._HANDLERS.get(event.kind)
         if handler is not None:
-            handler(event)
+            handler(self, event)
         line = describe(event)
         if line:
             self.add_log(event.seq, event.time, line, error=_is_error(event))
@@ -168,10 +178,10 @@ class JobView:
         self.state = d["state"]
         self.reason = d.get("reason") or ""
         self._take_progress(event)
-        if self.state in TERMINAL:
+        if self.state in FINAL_STATES:
             self.ended_at = event.time
             self.evaluating = None
-        elif self.state == "running":
+        elif self.state == JobState.RUNNING:
             self.add_log(event.seq, event.time, "job started")
 
     def _on_progress(self, event: Event) -> None:
@@ -231,11 +241,11 @@ class JobView:
         row.state = d["kind"]
         if d.get("pid"):
             row.pid = d["pid"]
-        if d["kind"] in ("started", "running"):
+        if d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING):
             row.exit_code, row.signal = None, None
-            if d["kind"] == "started":
+            if d["kind"] == InstanceState.STARTED:
                 row.reason = ""
-        if d["kind"] in ENDED:
+        if d["kind"] in INSTANCE_ENDED:
             row.exit_code = d.get("exit_code")
             row.signal = d.get("signal")
             row.reason = d.get("reason") or d["kind"]
@@ -246,18 +256,34 @@ class JobView:
         old = self._row(d["role"], d["replaces"])
         if d["id"] == d["replaces"]:  # a PS comes back under its own id
             old.restarts += 1
-            old.state = "relaunching"
+            old.state = RELAUNCHING
         else:  # a worker is replaced by a new one
             new = self._row(d["role"], d["id"])
             new.restarts = old.restarts + 1
             new.replaces = old.id
         self.instances_version += 1
 
+    _HANDLERS: ClassVar[dict[str, Callable[[JobView, Event], None]]] = {
+        EventKind.JOB_STATE: _on_job_state,
+        EventKind.PROGRESS: _on_progress,
+        EventKind.EPOCH: _on_epoch,
+        EventKind.PHASE: _on_phase,
+        EventKind.LOSS: _on_loss,
+        EventKind.EVALUATION_STARTED: _on_evaluation_started,
+        EventKind.EVALUATION: _on_evaluation,
+        EventKind.SCALE: _on_scale,
+        EventKind.GROUP: _on_group,
+        EventKind.GROUP_SETTLED: _on_group_settled,
+        EventKind.INSTANCE: _on_instance,
+        EventKind.RELAUNCH: _on_relaunch,
+    }
+
     # ------------------------------------------------------------------ derived figures
 
     @property
     def ended(self) -> bool:
-        return self.state in TERMINAL
+        """The job has reached a state after which nothing changes any more."""
+        return self.state in FINAL_STATES
 
     def elapsed(self, now: float | None = None) -> float:
         """Seconds from the first event to the job's end, or to `now` while it runs."""
@@ -291,12 +317,12 @@ class JobView:
         return sum(
             1
             for (role, _), row in self.instances.items()
-            if role == "worker" and row.state in ("started", "running")
+            if role == Role.WORKER and row.state in (InstanceState.STARTED, InstanceState.RUNNING)
         )
 
     def rows(self) -> list[InstanceRow]:
         """Instances in table order: PS first, then workers, each by id."""
-        return sorted(self.instances.values(), key=lambda r: (r.role != "ps", r.role, r.id))
+        return sorted(self.instances.values(), key=lambda r: (r.role != Role.PS, r.role, r.id))
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """Everything shown, as plain data (for comparing two views)."""
@@ -326,10 +352,14 @@ def _now(now: float | None) -> float:
 
 def _is_error(event: Event) -> bool:
     d = event.data
-    if event.kind == "job_state":
-        return d.get("state") == "failed"
-    if event.kind == "instance":
-        return d.get("kind") in LOST
-    if event.kind == "group":
+    if event.kind == EventKind.JOB_STATE:
+        return d.get("state") == JobState.FAILED
+    if event.kind == EventKind.INSTANCE:
+        return d.get("kind") in INSTANCE_LOST
+    if event.kind == EventKind.GROUP:
         return d.get("reason") == "failure"
-    return event.kind in ("relaunch_refused", "ps_restored", "pending_too_long")
+    return event.kind in (
+        EventKind.RELAUNCH_REFUSED,
+        EventKind.PS_RESTORED,
+        EventKind.PENDING_TOO_LONG,
+    )

@@ -16,7 +16,8 @@ import pytest
 
 from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.widgets import show, widget_frontend_available
-from elasticdl_nb.widgets.dashboard import Dashboard, _LiveFigure
+from elasticdl_nb.widgets.dashboard import Dashboard
+from elasticdl_nb.widgets.live_figure import LiveFigure
 
 
 class FakeJob:
@@ -254,7 +255,7 @@ def test_one_message_per_figure_update_and_no_echo_of_the_browsers_replies(sent)
         },
     }
     stock = go.FigureWidget(data=[go.Scatter(x=[], y=[])])
-    live = _LiveFigure(data=[go.Scatter(x=[], y=[])])
+    live = LiveFigure(data=[go.Scatter(x=[], y=[])])
     assert count(stock, lambda: update(stock)) == 4  # what plotly does
     assert count(live, lambda: update(live)) == 1
     assert count(live, lambda: live.add_scatter(x=[1], y=[2])) == 1
