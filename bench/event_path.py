@@ -47,7 +47,7 @@ from typing import Any
 
 from harness import PY, ROOT, log, percentile, pin_threads, pinned_env, row, write_result
 
-from elasticdl_nb.backends.local.registry import HOME_ENV
+from elasticdl_nb.backends.job_records import HOME_ENV
 
 NAME = "event_path"
 CASE = "journal append -> Job.events(), 1k events/s"
@@ -55,11 +55,11 @@ LIMIT_MS = 250.0
 BARE_METHOD = "/bench.Bare/Stream"
 
 # `JobRecord.master_alive` accepts a pid only if its command line names
-# elasticdl_nb.runtime.master (a guard against pid reuse), so the driver is started with
-# -c code that imports from that package rather than as `python bench/event_path.py`.
+# the master's module, MASTER_MODULE (a guard against pid reuse), so the driver is started
+# with -c code that names that module rather than as `python bench/event_path.py`.
 LAUNCH = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "import elasticdl_nb.runtime.master.service; "
+    "import elasticdl_nb.backends.master_process; "
     "from event_path import drive; drive(*sys.argv[2:])"
 )
 
@@ -88,8 +88,8 @@ def paced_appends(append: Callable[[int], None], rate: float, seconds: float) ->
 
 
 def serve_journal(job_dir: Path, rate: float, seconds: float) -> dict:
-    """The master's journal and service, as `elasticdl_nb.runtime.master.__main__` builds them."""
-    from elasticdl_nb.backends.local.registry import write_json
+    """The master's journal and service, as `elasticdl_nb.runtime.master.serve` builds them."""
+    from elasticdl_nb.runtime.job_dir import write_json
     from elasticdl_nb.runtime.master.job_master import JobMaster
     from elasticdl_nb.runtime.master.journal import Journal
     from elasticdl_nb.runtime.master.service import MasterService
@@ -181,7 +181,7 @@ def bare_stream(port: int, seconds: float) -> Iterator[tuple[int, str, float]]:
 
 def measure(mode: str, rate: float, seconds: float, home: Path, index: int) -> dict[str, Any]:
     """One run: a fresh driver, the stream read to its end, latency and delivery checks."""
-    from elasticdl_nb.backends.local import registry
+    from elasticdl_nb.backends import job_records as registry
     from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 
     assert registry.home() == home, "the job registry must be the temporary one"

@@ -74,7 +74,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import elasticdl_nb as edl  # noqa: E402
-from elasticdl_nb.backends.local import registry, submit  # noqa: E402
+from elasticdl_nb.backends import job_records  # noqa: E402
+from elasticdl_nb.backends.local import submit  # noqa: E402
 from elasticdl_nb.runtime.master.journal import Event  # noqa: E402
 from elasticdl_nb.runtime.ps.ledger import record_counts  # noqa: E402
 
@@ -545,7 +546,7 @@ def main() -> None:
             log(f"repeat {rep + 1}/{repeats}: SIGKILL the PS past step {step}")
             attempt("ps", f"ps-{rep}", "ps", step)
     finally:
-        for record in registry.all_jobs():  # nothing may outlive the benchmark
+        for record in job_records.all_jobs():  # nothing may outlive the benchmark
             submit.kill_job(record, grace_seconds=2)
         shutil.rmtree(home, ignore_errors=True)
     elapsed = time.perf_counter() - t_start

@@ -38,9 +38,10 @@ def job_home(tmp_path, monkeypatch):
     # Stop whatever a failing test left running, so one failure does not cascade; a job
     # still running here was stuck or abandoned: its processes' stacks (SIGUSR1, see
     # runtime/logs.py) and log tails go into the test's report first.
-    from elasticdl_nb.backends.local import registry, submit
+    from elasticdl_nb.backends import job_records
+    from elasticdl_nb.backends.local import submit
 
-    for record in registry.all_jobs():
+    for record in job_records.all_jobs():
         leftovers = job_processes(home)
         if leftovers:
             _report_stuck_job(record, leftovers)
@@ -57,7 +58,7 @@ def _report_stuck_job(record, processes: list[str]) -> None:
         except (ProcessLookupError, ValueError):
             pass
     time.sleep(0.5)  # the stack dumps are written by each process itself
-    for log in sorted((record.dir / "logs").glob("*.log")):
+    for log in sorted(record.files.logs.glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()
         useful = [x for x in lines if not x.startswith(("I0000", "WARNING: All log"))]
         print(f"--- {record.name}: {log.name} (last 60 lines)")

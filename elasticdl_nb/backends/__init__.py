@@ -1,11 +1,44 @@
 """Backends: the hands that start, stop and watch a job's processes.
 
-They hold no policy. Inside the master, an `InstanceLauncher` launches and kills workers
-and parameter servers and reports what happened to them as `InstanceEvent`s; on the
-client side, a backend submits the master and finds jobs again. The elastic policy over
-those events lives in the master (`elasticdl_nb.runtime.master.instances`).
+They hold no policy. A backend (`backend.Backend`) submits a job's master and finds jobs
+again for clients; in the master, its site launches and kills workers and parameter
+servers and reports what happened to them in the runtime's shape
+(`runtime.master.site`). The elastic policy over those events lives in the master
+(`runtime.master.instances`).
+
+`get_backend(name)` is the one lookup by name. A backend's module is imported when it
+is first asked for, so a local job never imports the Kubernetes client.
 """
 
-from elasticdl_nb.backends.instance_event import InstanceEvent, InstanceLauncher
+from __future__ import annotations
 
-__all__ = ["InstanceEvent", "InstanceLauncher"]
+import importlib
+
+from elasticdl_nb.backends.backend import Backend, FoundJob, MasterLink
+from elasticdl_nb.spec import SpecError
+
+# name -> "module:class"
+_REGISTRY = {
+    "local": "elasticdl_nb.backends.local.backend:LocalBackend",
+    "kubernetes": "elasticdl_nb.backends.kubernetes.backend:KubernetesBackend",
+}
+_made: dict[str, Backend] = {}
+
+
+def backend_names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called `name` ('local', 'kubernetes')."""
+    if name not in _made:
+        if name not in _REGISTRY:
+            raise SpecError(
+                f"Unknown backend {name!r}: use one of {', '.join(map(repr, _REGISTRY))}."
+            )
+        module, _, cls = _REGISTRY[name].partition(":")
+        _made[name] = getattr(importlib.import_module(module), cls)()
+    return _made[name]
+
+
+__all__ = ["Backend", "FoundJob", "MasterLink", "backend_names", "get_backend"]

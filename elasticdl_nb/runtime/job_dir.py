@@ -9,6 +9,7 @@ shares. Its layout is written here and nowhere else:
     state.json    the final state, written by the master when the job ends
     events.jsonl  the event journal      logs/         one log per process
     checkpoints/  PS checkpoints         model.keras   the exported model
+    replicas/     what each allreduce replica applied (the exactly-once record)
 
 JSON files are written atomically (readers never see half a file).
 """
@@ -67,6 +68,10 @@ class JobDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def replicas(self) -> Path:
+        return self.path / "replicas"
 
     @property
     def model(self) -> Path:

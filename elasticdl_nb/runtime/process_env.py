@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV, token_from_env
 from elasticdl_nb.runtime.protocol.channels import open_channel
@@ -85,24 +86,12 @@ class ProcessEnv:
         host, port = address.rsplit(":", 1)
         return f"{self.bind_host or host}:{port}"
 
-    # Where things live inside the job directory.
     @property
-    def spec_path(self) -> Path:
-        return self.job_dir / "spec.json"
-
-    @property
-    def bundle_dir(self) -> Path:
-        return self.job_dir / "bundle"
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.job_dir / "checkpoints"
-
-    @property
-    def sources_path(self) -> Path:
-        return self.job_dir / "sources.json"
+    def files(self) -> JobDir:
+        """Where things live inside the job directory."""
+        return JobDir(self.job_dir)
 
     def load_sources(self) -> dict[str, list[SourceInfo]]:
         """The resolved data sources: {'train': [...], 'validation': [...]}."""
-        raw = json.loads(self.sources_path.read_text())
+        raw = json.loads(self.files.sources.read_text())
         return {k: [SourceInfo.from_dict(s) for s in v] for k, v in raw.items()}

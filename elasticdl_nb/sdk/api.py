@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from elasticdl_nb.backends.local import registry, submit
+from elasticdl_nb.backends import backend_names, get_backend, job_records
 from elasticdl_nb.data import DataError, resolve_sources, stage_arrays
 from elasticdl_nb.model import write_bundle
 from elasticdl_nb.sdk.job import Job
@@ -80,8 +80,13 @@ def train(
         data=[_ARRAYS_PLACEHOLDER] if train_arrays else data,
         validation_data=[_ARRAYS_PLACEHOLDER] if eval_arrays else validation_data,
     )
-    if dry_run and spec.backend != "kubernetes":
-        raise SpecError("--dry-run shows a job's Kubernetes objects: add --backend kubernetes.")
+    backend = get_backend(spec.backend)
+    if dry_run and not backend.can_dry_run:
+        able = [n for n in backend_names() if get_backend(n).can_dry_run]
+        raise SpecError(
+            f"--dry-run shows the objects a job would create, and a {backend.name} job "
+            f"creates none: add --backend {' or '.join(able)}."
+        )
     functions = functions_of(
         model,
         {
@@ -109,23 +114,24 @@ def train(
     )
 
     name = spec.name or _default_name(model, spec)
-    record = registry.create_job(name, spec.backend)
+    record = job_records.create_job(name, spec.backend)
+    files = record.files
     try:
         if train_arrays:
-            spec.data = [stage_arrays(*_xy(data, "data"), str(record.dir / "data" / "train"))]
+            spec.data = [stage_arrays(*_xy(data, "data"), str(files.data / "train"))]
             train_sources = resolve_sources(spec.data, "npy")
         if eval_arrays:
             spec.validation_data = [
                 stage_arrays(
                     *_xy(validation_data, "validation_data"),
-                    str(record.dir / "data" / "validation"),
+                    str(files.data / "validation"),
                 )
             ]
             eval_sources = resolve_sources(spec.validation_data, "npy")
         spec.name = name
         spec.validate()
-        (record.dir / "spec.json").write_text(spec.to_json())
-        (record.dir / "sources.json").write_text(
+        files.spec.write_text(spec.to_json())
+        files.sources.write_text(
             json.dumps(
                 {
                     "train": [s.to_dict() for s in train_sources],
@@ -134,7 +140,7 @@ def train(
             )
         )
         write_bundle(
-            record.dir / "bundle",
+            files.bundle,
             model_zoo=spec.model_zoo,
             model_def=spec.model_def,
             functions=functions,
@@ -143,29 +149,17 @@ def train(
         if check:
             from elasticdl_nb.sdk.preflight import check_one_batch
 
-            check_one_batch(record.dir / "bundle", spec, train_sources)
-        if dry_run:
-            return _dry_run(spec, record)
-        if spec.backend == "kubernetes":
-            from elasticdl_nb.backends.kubernetes.submit import start_job
-
-            start_job(spec, record)
-        else:
-            submit.start_master(record)
+            check_one_batch(files.bundle, spec, train_sources)
+        if dry_run:  # nothing is launched: the prepared job directory goes
+            try:
+                return backend.dry_run(spec, record)
+            finally:
+                shutil.rmtree(record.dir, ignore_errors=True)
+        backend.submit(spec, record)
     except BaseException:
         shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
         raise
     return Job(record)
-
-
-def _dry_run(spec: JobSpec, record) -> str:
-    """The job's Kubernetes objects as YAML; the prepared job directory is removed."""
-    from elasticdl_nb.backends.kubernetes import dry_run_yaml
-
-    try:
-        return dry_run_yaml(spec, record.name, record.dir)
-    finally:
-        shutil.rmtree(record.dir, ignore_errors=True)
 
 
 def _xy(data: Any, option: str) -> tuple[Any, Any]:
@@ -179,16 +173,17 @@ def _xy(data: Any, option: str) -> tuple[Any, Any]:
 def attach(name: str, namespace: str | None = None, kubeconfig: str = "") -> Job:
     """The `Job` of an existing job, running or finished, by name. With `namespace`, a
     Kubernetes job that another notebook started is found there by its labels."""
-    record = registry.find_job(name)
+    record = job_records.find_job(name)
     if record is None and namespace:
-        from elasticdl_nb.backends.kubernetes.find import record_for
-
-        record = record_for(name, namespace, kubeconfig)
+        for backend in map(get_backend, backend_names()):
+            record = backend.find_job(name, namespace, kubeconfig)
+            if record is not None:
+                break
     if record is None:
-        known = [r.name for r in registry.all_jobs()]
+        known = [r.name for r in job_records.all_jobs()]
         where = f"in namespace {namespace!r} or " if namespace else ""
         raise LookupError(
-            f"No job named {name!r} {where}under {registry.jobs_root()}. Known jobs: "
+            f"No job named {name!r} {where}under {job_records.jobs_root()}. Known jobs: "
             f"{', '.join(known[-10:]) or 'none'}."
             + ("" if namespace else " (A Kubernetes job from elsewhere: pass namespace=.)")
         )
@@ -196,29 +191,36 @@ def attach(name: str, namespace: str | None = None, kubeconfig: str = "") -> Job
 
 
 def jobs(namespace: str | None = None, kubeconfig: str = "") -> list[dict]:
-    """Every job this machine knows, newest last; with `namespace`, also the Kubernetes
-    jobs there that other notebooks started."""
+    """Every job this machine knows, newest last: name, backend, state (a
+    `vocabulary.JobState`), creation time and directory. With `namespace`, also the jobs
+    there that other notebooks started (`remote`: True; their `dir` is '')."""
     out = []
-    for record in registry.all_jobs():
-        job = Job(record)
+    for record in job_records.all_jobs():
         final = record.final_state
-        state = final["state"] if final else job.status().get("state")
+        state = final["state"] if final else Job(record).status().get("state")
         out.append(
-            {"name": record.name, "state": state, "created": record.created, "dir": str(record.dir)}
+            {
+                "name": record.name,
+                "backend": record.backend,
+                "state": state,
+                "created": record.created,
+                "dir": str(record.dir),
+                "remote": False,
+            }
         )
     if namespace:
-        from elasticdl_nb.backends.kubernetes.find import list_jobs
-
         known = {j["name"] for j in out}
-        for found in list_jobs(namespace, kubeconfig):
-            if found["name"] not in known:
-                phase = found["phase"].lower()
-                out.append(
-                    {
-                        "name": found["name"],
-                        "state": f"pod {phase}",
-                        "created": found["created"],
-                        "dir": "",
-                    }
-                )
+        for backend in map(get_backend, backend_names()):
+            for found in backend.find_jobs(namespace, kubeconfig):
+                if found.name not in known:
+                    out.append(
+                        {
+                            "name": found.name,
+                            "backend": found.backend,
+                            "state": found.state,
+                            "created": found.created,
+                            "dir": "",
+                            "remote": True,
+                        }
+                    )
     return out

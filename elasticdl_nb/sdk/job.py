@@ -15,40 +15,36 @@ from typing import Any
 
 import grpc
 
-from elasticdl_nb.backends.local.registry import JobRecord
-from elasticdl_nb.backends.local.submit import log_tail
+from elasticdl_nb.backends import get_backend
+from elasticdl_nb.backends.job_records import JobRecord
+from elasticdl_nb.errors import ElasticDLError
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.journal import Event, read_journal_file
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.patience import Patience, PeerUnreachable
-
-TERMINAL = ("succeeded", "failed", "stopped")
+from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Role
 
 # How long a call from here waits out a master that does not answer (busy or paused)
 # before this process falls back to the job's files or reports the master unreachable.
 NOTEBOOK_PATIENCE = Patience(seconds=15)
 
 
-class JobFailed(RuntimeError):
+class JobFailed(ElasticDLError, RuntimeError):
     """The job ended in `failed`; the message is the master's reason."""
 
 
-def master_link(record: JobRecord):
-    """How to reach the job's master: the backend's `MasterLink`."""
-    if record.backend == "kubernetes":
-        from elasticdl_nb.backends.kubernetes.master_link import KubernetesMasterLink
-
-        return KubernetesMasterLink(record)
-    from elasticdl_nb.backends.local.master_link import LocalMasterLink
-
-    return LocalMasterLink(record)
-
-
 class Job:
+    """A job, running or finished, as its backend's `MasterLink` reaches it: `status()`,
+    `events()`, `metrics()`, `logs()`, `scale()`, `stop()`, `wait()` and `model()`.
+
+    Made by `train` and `attach` (never directly); cheap to make again, holds no thread,
+    and works in any process of this machine that can read the job's record."""
+
     def __init__(self, record: JobRecord):
         self._record = record
-        self._link = master_link(record)
+        self._link = get_backend(record.backend).link(record)
         self._stub: rpc.MasterStub | None = None
         self._stub_address = ""
 
@@ -66,9 +62,13 @@ class Job:
         return self._link.files
 
     @property
+    def _files(self) -> JobDir:
+        return JobDir(self.dir)
+
+    @property
     def bundle_dir(self):
         """The model bundle as this machine captured it (the job runs a copy of it)."""
-        return self._record.dir / "bundle"
+        return self._record.files.bundle
 
     def _ended(self) -> bool:
         """Over, one way or another: an end state was recorded, or the master is lost."""
@@ -108,11 +108,11 @@ class Job:
             return final
         waiting = self._link.waiting_reason()
         if waiting:
-            return {"name": self.name, "state": "starting", "waiting": waiting}
+            return {"name": self.name, "state": JobState.STARTING, "waiting": waiting}
         lost = self._link.lost_reason()
         if lost:
-            return {"name": self.name, "state": "lost", "error": lost}
-        return {"name": self.name, "state": "starting"}
+            return {"name": self.name, "state": JobState.LOST, "error": lost}
+        return {"name": self.name, "state": JobState.STARTING}
 
     def events(
         self, from_seq: int = 0, follow: bool = True, timeout: float | None = None
@@ -129,7 +129,7 @@ class Job:
                 time.sleep(0.5)  # its master is not up yet (a pod being scheduled)
                 continue
             if stub is None:
-                for event in read_journal_file(self.dir / "events.jsonl", seq):
+                for event in read_journal_file(self._files.events, seq):
                     yield event
                 return
             try:
@@ -154,18 +154,19 @@ class Job:
         loss: list[tuple[int, float]] = []
         evaluations: list[dict] = []
         for event in self.events(follow=False):
-            if event.kind == "loss":
+            if event.kind == EventKind.LOSS:
                 loss.extend((int(s), float(v)) for s, v in event.data["points"])
-            elif event.kind == "evaluation":
+            elif event.kind == EventKind.EVALUATION:
                 evaluations.append({"step": event.data["step"], **event.data["metrics"]})
         return {"loss": loss, "evaluation": evaluations}
 
     def logs(self, role: str = "master", index: int = 0, tail: int | None = None) -> str:
         """The log of one process: role 'master', 'worker' or 'ps', and its id."""
-        name = "master.log" if role == "master" else f"{role}-{index}.log"
-        path = self.dir / "logs" / name
+        if role not in set(Role):
+            raise ValueError(f"No role {role!r}: a job's processes are master, worker and ps.")
+        path = self._files.log(role, index)
         if not path.exists():
-            known = sorted(p.stem for p in (self.dir / "logs").glob("*.log"))
+            known = sorted(p.stem for p in self._files.logs.glob("*.log"))
             raise FileNotFoundError(
                 f"No log for {role} {index} of job {self.name!r}; there are "
                 f"logs for: {', '.join(known) or 'nothing yet'}."
@@ -223,13 +224,13 @@ class Job:
         for event in self.events(timeout=timeout):
             if printer:
                 printer.show(event)
-            if event.kind == "job_state" and event.data["state"] in TERMINAL:
+            if event.kind == EventKind.JOB_STATE and event.data["state"] in MASTER_END_STATES:
                 break
         status = self._final_status()
-        if status.get("state") not in ("succeeded", "stopped"):
+        if status.get("state") not in (JobState.SUCCEEDED, JobState.STOPPED):
             raise JobFailed(
                 f"Job {self.name!r} {status.get('state')}: {status.get('error')}\n"
-                f"End of the master's log:\n{log_tail(self.dir / 'logs' / 'master.log', 15)}"
+                f"End of the master's log:\n{self._files.log_tail(Role.MASTER, lines=15)}"
             )
         return status
 
@@ -244,7 +245,7 @@ class Job:
         """The trained Keras model, loaded into this process."""
         import keras
 
-        path = self.dir / "model.keras"
+        path = self._files.model
         if not path.exists():
             raise FileNotFoundError(
                 f"Job {self.name!r} has no exported model yet (state: "
@@ -253,5 +254,5 @@ class Job:
             )
         from elasticdl_nb.model import load_bundle
 
-        load_bundle(self.dir / "bundle")  # custom layers of the model module become importable
+        load_bundle(self._files.bundle)  # custom layers of the model module become importable
         return keras.models.load_model(path, compile=False)

@@ -18,7 +18,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from tornado import ioloop, web, websocket
 
-from elasticdl_nb.backends.local import registry
+from elasticdl_nb.backends import job_records as registry
 from elasticdl_nb.sdk.job import Job
 
 

@@ -18,7 +18,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from elasticdl_nb.backends.local import registry
+from elasticdl_nb.backends import job_records as registry
 from elasticdl_nb.sdk.job import Job
 from elasticdl_nb.server.events_socket import EventsSocket
 from elasticdl_nb.server.summary import job_detail, job_summary

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from elasticdl_nb.backends.instance_event import ENDED
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from elasticdl_nb.vocabulary import INSTANCE_ENDED
 from tests.conftest import job_processes
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
 from tests.integration.job_process import JobProcess, StubMaster
@@ -36,7 +36,7 @@ def _live_pids(job) -> dict[tuple[str, int], int]:
     return {
         (i["role"], i["id"]): i["pid"]
         for i in job.status()["instances"]
-        if i["pid"] and i["state"] not in ENDED
+        if i["pid"] and i["state"] not in INSTANCE_ENDED
     }
 
 
@@ -84,7 +84,7 @@ def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_proces
     unexpected = [
         e.data
         for e in events
-        if e.kind == "instance" and e.data["kind"] in ENDED and not e.data["expected"]
+        if e.kind == "instance" and e.data["kind"] in INSTANCE_ENDED and not e.data["expected"]
     ]
     assert unexpected == []
     retried = [

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elasticdl_nb.backends.instance_event import STARTED, InstanceEvent
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.master.instances import InstanceManager
 from elasticdl_nb.runtime.master.job_master import JobMaster
 from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.site import InstanceEvent
 from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.vocabulary import InstanceState
 
 
 class RecordingLauncher:
@@ -59,5 +60,7 @@ def started_master(job_dir: Path, workers: int = 2, ps: int = 1, records: int = 
     )
     master.instances.start()
     for role, instance in launcher.launched:
-        master.instances.on_event(InstanceEvent(role, instance, STARTED, pid=100 + instance))
+        master.instances.on_event(
+            InstanceEvent(role, instance, InstanceState.STARTED, pid=100 + instance)
+        )
     return master

@@ -1,5 +1,5 @@
 """The elastic policy on what a cluster does to pods, in the master's InstanceManager:
-OOM gives the replacement more memory (until the backend has no more to give), an
+InstanceState.OOM gives the replacement more memory (until the backend has no more to give), an
 instance ends once however often it is reported, and an instance pending too long is
 journaled (a worker's job goes on; a PS's fails). Only the launcher is a stand-in: the
 policy must not care which backend reports."""
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 
-from elasticdl_nb.backends.instance_event import OOM, PENDING, PREEMPTED, RUNNING, InstanceEvent
 from elasticdl_nb.runtime.master.instances import InstanceManager
 from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.site import InstanceEvent
+from elasticdl_nb.vocabulary import InstanceState
 from tests.unit.masters import RecordingLauncher
 
 
@@ -48,12 +49,12 @@ def test_oom_raises_memory_without_spending_the_crash_budget_until_the_cap():
     launcher, failures = Launcher(["256Mi -> 512Mi", "512Mi -> 1Gi"]), []
     instances, journal = manager(launcher, failures)
     for worker_id in (0, 1, 2):  # two OOMs with more memory each, then at the cap
-        instances.on_event(InstanceEvent("worker", worker_id, OOM, exit_code=137))
+        instances.on_event(InstanceEvent("worker", worker_id, InstanceState.OOM, exit_code=137))
     raised = [e.data["memory"] for e in journal.read(0, follow=False) if e.kind == "memory_raised"]
     assert raised == ["256Mi -> 512Mi", "512Mi -> 1Gi"]
-    assert instances.counts.worker_crashes == 1  # only the OOM at the cap counted
+    assert instances.counts.worker_crashes == 1  # only the InstanceState.OOM at the cap counted
     assert launcher.launched[-1] == ("worker", 3)  # still within the budget of 1
-    instances.on_event(InstanceEvent("worker", 3, OOM, exit_code=137))
+    instances.on_event(InstanceEvent("worker", 3, InstanceState.OOM, exit_code=137))
     assert "relaunch_refused" in kinds(journal)
     assert failures and "budget of 1 worker relaunches is used up" in failures[0]
 
@@ -61,9 +62,11 @@ def test_oom_raises_memory_without_spending_the_crash_budget_until_the_cap():
 def test_an_instance_ends_once_however_often_it_is_reported():
     launcher, failures = Launcher([]), []
     instances, journal = manager(launcher, failures)
-    preempted = InstanceEvent("worker", 0, PREEMPTED, reason="PreemptionByScheduler")
+    preempted = InstanceEvent("worker", 0, InstanceState.PREEMPTED, reason="PreemptionByScheduler")
     instances.on_event(preempted)
-    instances.on_event(InstanceEvent("worker", 0, PREEMPTED, exit_code=143, reason="again"))
+    instances.on_event(
+        InstanceEvent("worker", 0, InstanceState.PREEMPTED, exit_code=143, reason="again")
+    )
     relaunches = [e.data for e in journal.read(0, follow=False) if e.kind == "relaunch"]
     assert [r["replaces"] for r in relaunches] == [0]
     assert launcher.launched.count(("worker", 1)) == 1 and ("worker", 2) not in launcher.launched
@@ -72,8 +75,10 @@ def test_an_instance_ends_once_however_often_it_is_reported():
 def test_pending_too_long_is_journaled_a_worker_is_waited_for_a_ps_fails_the_job():
     launcher, failures = Launcher([]), []
     instances, journal = manager(launcher, failures, pending_timeout=0.2)
-    instances.on_event(InstanceEvent("worker", 0, PENDING, reason="unschedulable: no cpu"))
-    instances.on_event(InstanceEvent("ps", 0, RUNNING))
+    instances.on_event(
+        InstanceEvent("worker", 0, InstanceState.PENDING, reason="unschedulable: no cpu")
+    )
+    instances.on_event(InstanceEvent("ps", 0, InstanceState.RUNNING))
     deadline = time.monotonic() + 5
     while "pending_too_long" not in kinds(journal) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -81,8 +86,10 @@ def test_pending_too_long_is_journaled_a_worker_is_waited_for_a_ps_fails_the_job
     assert late == [{"role": "worker", "id": 0, "seconds": 0.2, "reason": "unschedulable: no cpu"}]
     assert failures == []  # the job goes on with the workers it has
 
-    instances.on_event(InstanceEvent("ps", 0, OOM, exit_code=137))  # relaunched, then stuck
-    instances.on_event(InstanceEvent("ps", 0, PENDING, reason="ErrImagePull: denied"))
+    instances.on_event(
+        InstanceEvent("ps", 0, InstanceState.OOM, exit_code=137)
+    )  # relaunched, then stuck
+    instances.on_event(InstanceEvent("ps", 0, InstanceState.PENDING, reason="ErrImagePull: denied"))
     deadline = time.monotonic() + 5
     while not failures and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -91,8 +98,8 @@ def test_pending_too_long_is_journaled_a_worker_is_waited_for_a_ps_fails_the_job
 
 
 def test_a_process_that_reached_the_wrong_server_fails_the_job_with_its_reason():
-    from elasticdl_nb.backends.instance_event import FAILED
     from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
+    from elasticdl_nb.vocabulary import InstanceState
 
     said = "the master at 127.0.0.1:4242 refused this job's token"
     for role in ("worker", "ps"):
@@ -100,7 +107,7 @@ def test_a_process_that_reached_the_wrong_server_fails_the_job_with_its_reason()
         instances, journal = manager(
             launcher, failures, log_tail=lambda r, i, lines: f"ERROR {said}"
         )
-        instances.on_event(InstanceEvent(role, 0, FAILED, exit_code=WRONG_PEER_EXIT))
+        instances.on_event(InstanceEvent(role, 0, InstanceState.FAILED, exit_code=WRONG_PEER_EXIT))
         assert len(failures) == 1 and f"{role} 0 reached the wrong server" in failures[0]
         assert said in failures[0]
         assert "relaunch" not in kinds(journal)  # a replacement would meet the same server

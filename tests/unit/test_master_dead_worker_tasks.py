@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from elasticdl_nb.backends.instance_event import InstanceEvent
+from elasticdl_nb.runtime.master.site import InstanceEvent
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from tests.unit.masters import started_master
 

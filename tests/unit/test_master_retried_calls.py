@@ -75,9 +75,10 @@ def test_the_ps_addresses_follow_each_ps_and_a_retried_ready_is_no_relaunch(tmp_
     assert master.ps_addresses == ["127.0.0.1:5000", "127.0.0.1:5001"]
     assert not any(e.kind == "ps_restored" for e in master.journal.read(0, follow=False))
 
-    from elasticdl_nb.backends.instance_event import KILLED, InstanceEvent
+    from elasticdl_nb.runtime.master.site import InstanceEvent
+    from elasticdl_nb.vocabulary import InstanceState
 
-    master.instances.on_event(InstanceEvent("ps", 0, KILLED, signal="SIGKILL"))
+    master.instances.on_event(InstanceEvent("ps", 0, InstanceState.KILLED, signal="SIGKILL"))
     assert master.ps_addresses == ["", "127.0.0.1:5001"]  # nobody calls its old port
     assert master.ps[0] is None
     master.ps_ready(0, 3, "127.0.0.1:6000", incarnation=13)  # relaunched, on a new port

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import base64
 
+from elasticdl_nb.backends import job_records
+from elasticdl_nb.backends.backend import FoundJob
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import call, client_for
-from elasticdl_nb.backends.local import registry
+from elasticdl_nb.vocabulary import JobState
+
+# What a job whose master pod is in this phase is (the pod's phase says no more than that).
+_STATE_OF_PHASE = {"Pending": JobState.STARTING, "Running": JobState.RUNNING}
 
 
 def _core(kubeconfig: str):
@@ -17,8 +22,8 @@ def _core(kubeconfig: str):
     return client.CoreV1Api(client_for(kubeconfig))
 
 
-def list_jobs(namespace: str, kubeconfig: str = "") -> list[dict]:
-    """Every job in the namespace: name, master pod phase, creation time."""
+def list_jobs(namespace: str, kubeconfig: str = "") -> list[FoundJob]:
+    """Every job in the namespace, as its master pod says."""
     selector = f"{m.LABEL_ROLE}=master"
     pods = call(
         f"list jobs in namespace {namespace!r}",
@@ -27,16 +32,17 @@ def list_jobs(namespace: str, kubeconfig: str = "") -> list[dict]:
         label_selector=selector,
     )
     return [
-        {
-            "name": pod["metadata"]["labels"][m.LABEL_JOB],
-            "phase": (pod.get("status") or {}).get("phase", ""),
-            "created": pod["metadata"].get("creationTimestamp", ""),
-        }
+        FoundJob(
+            name=pod["metadata"]["labels"][m.LABEL_JOB],
+            backend="kubernetes",
+            state=_STATE_OF_PHASE.get((pod.get("status") or {}).get("phase"), JobState.ENDED),
+            created=pod["metadata"].get("creationTimestamp", ""),
+        )
         for pod in pods.get("items", [])
     ]
 
 
-def record_for(name: str, namespace: str, kubeconfig: str = "") -> registry.JobRecord | None:
+def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.JobRecord | None:
     """A local record of the cluster's job `name` (made now, so `Job` can reach it), or
     None if the namespace has no such job."""
     core = _core(kubeconfig)
@@ -60,8 +66,8 @@ def record_for(name: str, namespace: str, kubeconfig: str = "") -> registry.JobR
 
     spec = JobSpec.from_json(bundle["data"]["spec.json"])
 
-    record = registry.find_job(name) or registry.create_job(name, "kubernetes")
-    record = registry.JobRecord(
+    record = job_records.find_job(name) or job_records.create_job(name, "kubernetes")
+    record = job_records.JobRecord(
         name,
         record.dir,
         base64.b64decode(secret["data"][m.TOKEN_KEY]).decode(),
@@ -74,5 +80,5 @@ def record_for(name: str, namespace: str, kubeconfig: str = "") -> registry.JobR
             "files": str(local_view(spec, name) or ""),
         },
     )
-    registry.save_record(record)
+    job_records.save_record(record)
     return record

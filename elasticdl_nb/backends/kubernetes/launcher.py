@@ -14,13 +14,14 @@ import threading
 import time
 from typing import Any
 
-from elasticdl_nb.backends.instance_event import ENDED, EventSink
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call
 from elasticdl_nb.backends.kubernetes.pod_events import instance_event
 from elasticdl_nb.backends.kubernetes.pod_watch import PodWatch
+from elasticdl_nb.runtime.master.site import EventSink
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.spec.kubernetes import bytes_quantity, parse_resources, quantity_bytes
+from elasticdl_nb.vocabulary import INSTANCE_ENDED
 
 log = logging.getLogger("elasticdl_nb.kubernetes")
 
@@ -118,7 +119,7 @@ class PodLauncher:
             before = self._reported.get(pod_name)
             if before == seen:
                 return  # the watch repeats states (re-lists, unrelated status changes)
-            if before and before[0] in ENDED:
+            if before and before[0] in INSTANCE_ENDED:
                 return  # an instance ends once (a preempted pod then also terminates)
             self._reported[pod_name] = seen
         self.on_event(event)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.backends.job_records import MASTER_MODULE
 from elasticdl_nb.backends.kubernetes.pod_template import merge_into_pod
 from elasticdl_nb.runtime.logs import LOG_DIR_ENV
 from elasticdl_nb.runtime.process_env import (
@@ -159,7 +160,7 @@ def token_secret(spec: JobSpec, name: str, token: str) -> dict[str, Any]:
 
 
 def master_pod(spec: JobSpec, name: str, paths: list[str]) -> dict[str, Any]:
-    command = ["python", "-m", "elasticdl_nb.runtime.master", "--job-dir", _job_dir(name)]
+    command = ["python", "-m", MASTER_MODULE, "--job-dir", _job_dir(name)]
     command += ["--copy-from", BUNDLE_MOUNT]  # the ConfigMap's files, into the job dir
     pod = _pod(spec, name, "master", None, command, spec.master_resources, [MASTER_PORT], [])
     pod["spec"]["serviceAccountName"] = spec.service_account

@@ -15,9 +15,10 @@ import socket
 import time
 from pathlib import Path
 
+from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
-from elasticdl_nb.backends.local.registry import JobRecord
+from elasticdl_nb.runtime.job_dir import JobDir, read_json
 
 POD_CACHE_SECONDS = 0.5  # status polls come often; the API server need not see each
 
@@ -93,9 +94,9 @@ class KubernetesMasterLink:
         return waiting_reason(pod) if pod else ""
 
     def final_state(self) -> dict | None:
-        state = self.files / "state.json"
-        if state.exists():
-            return json.loads(state.read_text())
+        state = read_json(JobDir(self.files).state)
+        if state is not None:
+            return state
         pod = self.master_pod()  # its termination message is the same JSON
         statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
         message = ((statuses[0].get("state") or {}).get("terminated") or {}).get("message")

@@ -11,24 +11,33 @@ once (no DNS cache to go stale).
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
-from elasticdl_nb.backends.instance_event import EventSink
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
 from elasticdl_nb.backends.kubernetes.launcher import PodLauncher
+from elasticdl_nb.runtime.master.site import EventSink
 from elasticdl_nb.runtime.process_env import BIND_HOST_ENV
 from elasticdl_nb.runtime.protocol.channels import listen
 from elasticdl_nb.spec import JobSpec
 
+# Kubernetes shows this file's content as the pod's termination message (4 KB at most):
+# the final state reaches the notebook even where it cannot read the shared volume.
+TERMINATION_LOG = Path("/dev/termination-log")
+
 
 class KubernetesSite:
     def __init__(self, spec: JobSpec, name: str):
+        self.spec, self.name = spec, name
+
+    def open(self) -> None:
         from kubernetes import client
 
-        self.spec, self.name = spec, name
         # In the pod: its service account (the spec's kubeconfig is the notebook's).
         self.api = client.CoreV1Api(client_for(in_cluster=True))
+        spec, name = self.spec, self.name
         ns, master = spec.namespace, m.master_name(name)
         me = call(f"read the master's own pod {master}", self.api.read_namespaced_pod, master, ns)
         self.owner = m.owner_reference(master, me["metadata"]["uid"])
@@ -55,6 +64,17 @@ class KubernetesSite:
             self.spec, self.name, self.api, self.owner["uid"], on_event, self.addresses
         )
         return launcher.start()
+
+    def job_ended(self, status: dict) -> None:
+        """The final status as the pod's termination message, where `kubectl` and the
+        notebook read it."""
+        text = json.dumps(status)
+        if len(text) > 4000:
+            text = json.dumps({k: status.get(k) for k in ("name", "state", "error")})[:4000]
+        try:
+            TERMINATION_LOG.write_text(text)
+        except OSError:
+            pass  # not in a pod that has one
 
     def _cluster_ip(self, service: dict) -> str:
         """The cluster IP of `service`, created if it is not there yet."""

@@ -21,19 +21,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from elasticdl_nb.backends.instance_event import (
-    DELETED,
-    FAILED,
-    KILLED,
-    OOM,
-    PENDING,
-    PREEMPTED,
-    RUNNING,
-    STARTED,
-    SUCCEEDED,
-    InstanceEvent,
-)
 from elasticdl_nb.backends.kubernetes.manifests import LABEL_INDEX, LABEL_ROLE
+from elasticdl_nb.runtime.master.site import InstanceEvent
+from elasticdl_nb.vocabulary import InstanceState
 
 _IMAGE_TROUBLE = {
     "ErrImagePull",
@@ -68,33 +58,46 @@ def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent 
         why = terminated.get("reason") or ""
         message = terminated.get("message") or ""
         if why == "OOMKilled":
-            return event(OOM, exit_code=code, reason="OOMKilled: over its memory limit")
+            return event(
+                InstanceState.OOM, exit_code=code, reason="OOMKilled: over its memory limit"
+            )
         if taken:
-            return event(PREEMPTED, exit_code=code, reason=taken)
+            return event(InstanceState.PREEMPTED, exit_code=code, reason=taken)
         if deleted or meta.get("deletionTimestamp"):
             # Someone deleted the pod; the kubelet's SIGTERM is how it ended, not why.
-            return event(DELETED, exit_code=code, reason=f"pod deleted (exit code {code})")
+            return event(
+                InstanceState.DELETED, exit_code=code, reason=f"pod deleted (exit code {code})"
+            )
         if code == 0:
-            return event(SUCCEEDED, exit_code=0, reason="completed")
+            return event(InstanceState.SUCCEEDED, exit_code=0, reason="completed")
         if code is not None and code > 128 and _signal_name(code - 128):
             name = _signal_name(code - 128)
-            return event(KILLED, exit_code=code, signal=name, reason=f"killed by {name}")
-        return event(FAILED, exit_code=code, reason=message or why or f"exited with code {code}")
+            return event(
+                InstanceState.KILLED, exit_code=code, signal=name, reason=f"killed by {name}"
+            )
+        return event(
+            InstanceState.FAILED,
+            exit_code=code,
+            reason=message or why or f"exited with code {code}",
+        )
     if taken:
-        return event(PREEMPTED, reason=taken)
+        return event(InstanceState.PREEMPTED, reason=taken)
     if deleted:
-        return event(DELETED, reason="pod deleted")
+        return event(InstanceState.DELETED, reason="pod deleted")
     phase = status.get("phase")
     if phase == "Running":
-        return event(RUNNING)
+        return event(InstanceState.RUNNING)
     if phase == "Failed":  # failed before a container ran (admission, node trouble)
-        return event(FAILED, reason=status.get("message") or status.get("reason") or "failed")
+        return event(
+            InstanceState.FAILED, reason=status.get("message") or status.get("reason") or "failed"
+        )
     if phase == "Succeeded":
-        return event(SUCCEEDED, exit_code=0, reason="completed")
+        return event(InstanceState.SUCCEEDED, exit_code=0, reason="completed")
     why = waiting_reason(pod)
     if why:
-        return event(PENDING, reason=why)
-    return event(STARTED)  # created, on its way (scheduled, pulling, creating): nothing to say
+        return event(InstanceState.PENDING, reason=why)
+    # Created, on its way (scheduled, pulling, creating): nothing to say.
+    return event(InstanceState.STARTED)
 
 
 def waiting_reason(pod: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.backends.job_records import JobRecord, save_record
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
 from elasticdl_nb.spec import JobSpec, SpecError
@@ -91,11 +92,9 @@ def _delete_quietly(api, pod_name: str, namespace: str) -> None:
         pass  # the first error is the one to report
 
 
-def start_job(spec: JobSpec, record) -> None:
-    """Submit a job prepared in `record.dir` (a registry `JobRecord`) and note in its
+def start_job(spec: JobSpec, record: JobRecord) -> None:
+    """Submit a job prepared in `record.dir` (a `JobRecord`) and note in its
     record where it runs, so that `Job` and `attach` reach it."""
-    from elasticdl_nb.backends.local.registry import save_record
-
     made = submit(spec, record.name, record.dir, record.token)
     ip = made["Service"]["spec"]["clusterIP"]
     record.where.update(

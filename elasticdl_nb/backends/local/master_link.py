@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.backends.local import submit
-from elasticdl_nb.backends.local.registry import JobRecord
 
 
 class LocalMasterLink:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elasticdl_nb.backends.instance_event import EventSink
 from elasticdl_nb.backends.local.processes import LocalProcesses
+from elasticdl_nb.runtime.master.site import EventSink
 from elasticdl_nb.runtime.process_env import LOOPBACK
 from elasticdl_nb.runtime.protocol.channels import listen
 
@@ -18,9 +18,15 @@ class LocalSite:
         self.job_dir = job_dir
         self.ps_addrs: list[str] = []  # not fixed: each PS reports the port it bound
 
+    def open(self) -> None:
+        pass  # nothing to learn: every address is bound when its server starts
+
     def bind(self, server) -> str:
         """Listen on a loopback port the OS picks; returns the address to advertise."""
         return f"{LOOPBACK}:{listen(server, f'{LOOPBACK}:0')}"
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> LocalProcesses:
         return LocalProcesses(self.job_dir, env, on_event)
+
+    def job_ended(self, status: dict) -> None:
+        pass  # the job directory's state.json, which the master wrote, is all there is

@@ -18,15 +18,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from elasticdl_nb.backends.instance_event import (
-    FAILED,
-    KILLED,
-    STARTED,
-    SUCCEEDED,
-    EventSink,
-    InstanceEvent,
-)
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
+from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent
+from elasticdl_nb.vocabulary import InstanceState
 
 
 class LocalProcesses:
@@ -61,7 +55,7 @@ class LocalProcesses:
         proc = self._spawner.submit(self._spawn, role, instance_id).result()
         with self._lock:
             self._procs[(role, instance_id)] = proc
-        self._on_event(InstanceEvent(role, instance_id, STARTED, pid=proc.pid))
+        self._on_event(InstanceEvent(role, instance_id, InstanceState.STARTED, pid=proc.pid))
         threading.Thread(
             target=self._watch,
             args=(role, instance_id, proc),
@@ -75,17 +69,24 @@ class LocalProcesses:
             if self._procs.get((role, instance_id)) is proc:
                 del self._procs[(role, instance_id)]
         if code == 0:
-            event = InstanceEvent(role, instance_id, SUCCEEDED, exit_code=0, pid=proc.pid)
+            event = InstanceEvent(
+                role, instance_id, InstanceState.SUCCEEDED, exit_code=0, pid=proc.pid
+            )
         elif code < 0:
             name = signal.Signals(-code).name
             event = InstanceEvent(
-                role, instance_id, KILLED, signal=name, pid=proc.pid, reason=f"killed by {name}"
+                role,
+                instance_id,
+                InstanceState.KILLED,
+                signal=name,
+                pid=proc.pid,
+                reason=f"killed by {name}",
             )
         else:
             event = InstanceEvent(
                 role,
                 instance_id,
-                FAILED,
+                InstanceState.FAILED,
                 exit_code=code,
                 pid=proc.pid,
                 reason=f"exited with code {code}",

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from elasticdl_nb.backends.local.registry import JobRecord
+from elasticdl_nb.backends.job_records import MASTER_MODULE, JobRecord
+from elasticdl_nb.runtime.job_dir import log_tail
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 
 MASTER_START_TIMEOUT = 60.0
@@ -25,16 +25,9 @@ class LaunchError(RuntimeError):
     """The master did not come up; the message carries the end of its log."""
 
 
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
 def start_master(record: JobRecord) -> dict:
     """Spawn the master and wait until it serves; returns {'address', 'pid', 'ps'}."""
-    logs = record.dir / "logs"
+    logs = record.files.logs
     logs.mkdir(exist_ok=True)
     env = dict(os.environ)
     env[TOKEN_ENV] = record.token
@@ -46,9 +39,10 @@ def start_master(record: JobRecord) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(
         [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
     )
-    with open(logs / "master.log", "ab") as log:
+    master_log = record.files.log("master")
+    with open(master_log, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "elasticdl_nb.runtime.master", "--job-dir", str(record.dir)],
+            [sys.executable, "-m", MASTER_MODULE, "--job-dir", str(record.dir)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -67,14 +61,14 @@ def start_master(record: JobRecord) -> dict:
             raise LaunchError(
                 f"The master of job {record.name!r} exited with code "
                 f"{proc.returncode} before serving. Its log "
-                f"({logs / 'master.log'}):\n{log_tail(logs / 'master.log')}"
+                f"({master_log}):\n{log_tail(master_log)}"
             )
         time.sleep(0.05)
     kill_job(record)
     raise LaunchError(
         f"The master of job {record.name!r} did not start serving within "
         f"{MASTER_START_TIMEOUT:.0f} s; it was stopped. Its log:\n"
-        f"{log_tail(logs / 'master.log')}"
+        f"{log_tail(master_log)}"
     )
 
 

@@ -22,19 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from elasticdl_nb.backends.instance_event import (
-    ENDED,
-    FAILED,
-    OOM,
-    PENDING,
-    PREEMPTED,
-    STARTED,
-    SUCCEEDED,
-    InstanceEvent,
-    InstanceLauncher,
-)
 from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
 from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.site import InstanceEvent, InstanceLauncher
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, InstanceState
 
 log = logging.getLogger("elasticdl_nb.master")
 
@@ -43,7 +34,7 @@ log = logging.getLogger("elasticdl_nb.master")
 class Instance:
     role: str
     instance_id: int
-    state: str = STARTED
+    state: str = InstanceState.STARTED
     pid: int | None = None
     exit_reason: str = ""
     expected_exit: bool = False  # we asked it to stop
@@ -99,7 +90,11 @@ class InstanceManager:
 
     def live(self, role: str) -> list[Instance]:
         with self._lock:
-            return [i for i in self.instances.values() if i.role == role and i.state not in ENDED]
+            return [
+                i
+                for i in self.instances.values()
+                if i.role == role and i.state not in INSTANCE_ENDED
+            ]
 
     def active_workers(self) -> list[int]:
         """Workers that are running and not being retired."""
@@ -111,7 +106,7 @@ class InstanceManager:
         died, waiting for work): a task given to it then would be lost for good."""
         with self._lock:
             inst = self.instances.get(("worker", worker_id))
-            return inst is not None and not inst.expected_exit and inst.state not in ENDED
+            return inst is not None and not inst.expected_exit and inst.state not in INSTANCE_ENDED
 
     def table(self) -> list[dict]:
         with self._lock:
@@ -193,10 +188,10 @@ class InstanceManager:
         """Every instance event from the backend: journal it, then apply the policy."""
         with self._lock:
             inst = self.instances.get((event.role, event.instance_id))
-            if inst is None or inst.state in ENDED:
+            if inst is None or inst.state in INSTANCE_ENDED:
                 return  # not ours, or ended already: an instance ends once
-            if event.kind == PENDING:
-                if inst.state != PENDING:
+            if event.kind == InstanceState.PENDING:
+                if inst.state != InstanceState.PENDING:
                     self._watch_pending(inst)
                 inst.waiting = event.reason
             inst.state = event.kind
@@ -207,7 +202,7 @@ class InstanceManager:
             self.journal.append("instance", **event.to_dict(), expected=inst.expected_exit)
             if not event.ended or self.shutting_down:
                 return
-            if event.kind == FAILED and event.exit_code == WRONG_PEER_EXIT:
+            if event.kind == InstanceState.FAILED and event.exit_code == WRONG_PEER_EXIT:
                 self._on_job_failed(
                     f"{inst.role} {inst.instance_id} reached the wrong server. "
                     f"{self._last_lines(inst, 3)}"
@@ -220,14 +215,14 @@ class InstanceManager:
 
     def _worker_ended(self, inst: Instance, event: InstanceEvent) -> None:
         self._on_worker_lost(inst.instance_id)
-        if inst.expected_exit or event.kind == SUCCEEDED:
+        if inst.expected_exit or event.kind == InstanceState.SUCCEEDED:
             self._converge()
             return
-        if event.kind == FAILED and event.exit_code == USER_CODE_EXIT:
+        if event.kind == InstanceState.FAILED and event.exit_code == USER_CODE_EXIT:
             return  # the worker reported the error; the job fails on that report
-        if event.kind == PREEMPTED:
+        if event.kind == InstanceState.PREEMPTED:
             self.counts.preemptions += 1
-        elif event.kind == OOM and self._more_memory("worker", inst):
+        elif event.kind == InstanceState.OOM and self._more_memory("worker", inst):
             pass  # not the worker's fault: it gets more memory, and no crash is counted
         else:
             self.counts.worker_crashes += 1
@@ -256,7 +251,9 @@ class InstanceManager:
         if inst.expected_exit:
             return
         self._on_ps_lost(inst.instance_id)
-        if event.kind == PREEMPTED or (event.kind == OOM and self._more_memory("ps", inst)):
+        if event.kind == InstanceState.PREEMPTED or (
+            event.kind == InstanceState.OOM and self._more_memory("ps", inst)
+        ):
             pass  # not the PS's fault: no crash is counted
         else:
             self.counts.ps_crashes += 1
@@ -279,7 +276,7 @@ class InstanceManager:
     # ------------------------------------------------------------------ helpers
 
     def _more_memory(self, role: str, inst: Instance) -> bool:
-        """After an OOM: whether the backend gave the role's next instances more memory."""
+        """After an OOM kill: whether the backend gave the role's next instances more memory."""
         grown = self.launcher.grow_memory(role)
         if grown:
             self.journal.append("memory_raised", role=role, id=inst.instance_id, memory=grown)
@@ -297,7 +294,10 @@ class InstanceManager:
 
         def check(started_waiting: Instance = inst) -> None:
             with self._lock:
-                if self.shutting_down or started_waiting.state not in (PENDING, STARTED):
+                if self.shutting_down or started_waiting.state not in (
+                    InstanceState.PENDING,
+                    InstanceState.STARTED,
+                ):
                     return
                 if self.instances.get((inst.role, inst.instance_id)) is not started_waiting:
                     return

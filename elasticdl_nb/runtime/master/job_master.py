@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.allreduce_group import AllreduceGroup
 from elasticdl_nb.runtime.master.instances import InstanceManager
 from elasticdl_nb.runtime.master.journal import Journal
@@ -106,7 +107,7 @@ class JobMaster:
         self.ps_seen_version = [0] * self.num_ps
         self._ps_up = [False] * self.num_ps  # (ever: a later ready is a relaunched PS)
         self.needs_reconcile = False
-        self.export_path = str(job_dir / "model.keras")
+        self.export_path = str(JobDir(job_dir).model)
         self._records_window: deque[tuple[float, int]] = deque()
         self._wake = threading.Event()
         self._work = threading.Condition(self.lock)  # notified when tasks may be there

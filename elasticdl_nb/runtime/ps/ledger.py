@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 
 
@@ -19,7 +20,7 @@ def record_counts(
     job_dir: Path, ps_id: int, records_per_source: list[int]
 ) -> dict[tuple[int, int], np.ndarray]:
     """{(epoch, source): applications per record} from shard `ps_id`'s newest checkpoint."""
-    newest = CheckpointDir(job_dir / "checkpoints", ps_id, keep=1_000_000).load_newest()
+    newest = CheckpointDir(JobDir(job_dir).checkpoints, ps_id, keep=1_000_000).load_newest()
     if newest is None:
         raise FileNotFoundError(f"PS {ps_id} of {job_dir} has no checkpoint")
     state, _ = newest

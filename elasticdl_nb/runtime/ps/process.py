@@ -79,13 +79,13 @@ def main() -> None:
     ps_id = parser.parse_args().id
     setup_logging(f"ps-{ps_id}")
     env = ProcessEnv.from_environ()
-    spec = JobSpec.from_json(env.spec_path.read_text())
-    contract = load_bundle(env.bundle_dir)
+    spec = JobSpec.from_json(env.files.spec.read_text())
+    contract = load_bundle(env.files.bundle)
 
     store = ParameterStore(
         contract.optimizer, ps_id, spec.ps, spec.record_ledger, spec.minibatch_size
     )
-    directory = CheckpointDir(env.checkpoint_dir, ps_id, spec.keep_checkpoints)
+    directory = CheckpointDir(env.files.checkpoints, ps_id, spec.keep_checkpoints)
     restored_version = -1
     newest = directory.load_newest()
     if newest is not None:

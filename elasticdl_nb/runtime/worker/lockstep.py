@@ -95,8 +95,8 @@ class StepRecord:
 class Lockstep:
     def __init__(self, env: ProcessEnv, worker_id: int, master: rpc.MasterStub, reporter: Reporter):
         self.env, self.me, self.master, self.reporter = env, worker_id, master, reporter
-        self.spec = JobSpec.from_json(env.spec_path.read_text())
-        contract = load_bundle(env.bundle_dir)
+        self.spec = JobSpec.from_json(env.files.spec.read_text())
+        contract = load_bundle(env.files.bundle)
         self.replica = Replica(contract)
         sources = env.load_sources()
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)

@@ -43,7 +43,7 @@ def main() -> None:
     from elasticdl_nb.runtime.worker.trainer import Trainer, UserCodeError
 
     try:
-        if json.loads(env.spec_path.read_text()).get("strategy") == "allreduce":
+        if json.loads(env.files.spec.read_text()).get("strategy") == "allreduce":
             _allreduce(env, worker_id, master, reporter)
         else:
             trainer = Trainer(

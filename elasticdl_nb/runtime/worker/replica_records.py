@@ -19,6 +19,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from elasticdl_nb.runtime.job_dir import JobDir
+
 Minibatch = tuple[int, int, int]  # (epoch, source, start)
 
 
@@ -26,7 +28,7 @@ class ReplicaRecords:
     """One member's writer."""
 
     def __init__(self, job_dir: Path, worker: int, ledger: bool):
-        directory = job_dir / "replicas"
+        directory = JobDir(job_dir).replicas
         directory.mkdir(exist_ok=True)
         self.worker = worker
         self._ledger = None  # (a line per minibatch: kept only with record_ledger)
@@ -53,7 +55,7 @@ class ReplicaRecords:
 
 def read_checksums(job_dir: Path) -> list[dict]:
     lines = []
-    for path in sorted((job_dir / "replicas").glob("worker-*.jsonl")):
+    for path in sorted((JobDir(job_dir).replicas).glob("worker-*.jsonl")):
         lines += [json.loads(line) for line in path.read_text().splitlines() if line]
     return lines
 
@@ -61,7 +63,7 @@ def read_checksums(job_dir: Path) -> list[dict]:
 def read_ledgers(job_dir: Path) -> dict[int, dict[int, list[Minibatch]]]:
     """worker -> step -> the minibatches that step applied."""
     ledgers: dict[int, dict[int, list[Minibatch]]] = {}
-    for path in sorted((job_dir / "replicas").glob("worker-*.ledger")):
+    for path in sorted((JobDir(job_dir).replicas).glob("worker-*.ledger")):
         steps: dict[int, list[Minibatch]] = defaultdict(list)
         for line in path.read_text().splitlines():
             step, epoch, source, start = map(int, line.split())

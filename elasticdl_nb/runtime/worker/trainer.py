@@ -64,10 +64,10 @@ class Trainer:
         locate_ps: Callable[[], Sequence[str]],
     ):
         self.env, self.worker_id, self.reporter = env, worker_id, reporter
-        self.spec = JobSpec.from_json(env.spec_path.read_text())
+        self.spec = JobSpec.from_json(env.files.spec.read_text())
         sources = env.load_sources()
         try:
-            contract = load_bundle(env.bundle_dir)
+            contract = load_bundle(env.files.bundle)
             self.runner = ModelRunner(contract)
         except Exception as exc:
             raise user_code_error(exc) from exc

@@ -1,20 +1,13 @@
-"""Where jobs live on disk, so that `attach` finds a job again from any process.
+"""The jobs this machine knows, whatever their backend: one directory per job under
+`$ELASTICDL_NB_HOME/jobs/<name>/` (default home: `~/.elasticdl-nb`), readable only by its
+owner because it holds the job's token. `attach` finds a job again from any process here.
 
-Each job is a directory `$ELASTICDL_NB_HOME/jobs/<name>/` (default home:
-`~/.elasticdl-nb`), readable only by its owner because it holds the job's token:
-
-    job.json      name, backend, creation time, token (and, for a Kubernetes job, where
-                  it runs: namespace, kubeconfig, the master's address)
-    spec.json     the JobSpec            sources.json  resolved data sources
-    bundle/       the model bundle       master.json   master address and pid (when up)
-    state.json    the final state, written by the master when the job ends
-    events.jsonl  the event journal      logs/         one log per process
-    checkpoints/  PS checkpoints         model.keras   the exported model
+A `JobRecord` is what `job.json` says (name, token, backend, and where a job of that
+backend runs); the rest of the directory's layout is `runtime.job_dir.JobDir`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
@@ -22,7 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.errors import ElasticDLError
+from elasticdl_nb.runtime.job_dir import JobDir, read_json, write_json
+
 HOME_ENV = "ELASTICDL_NB_HOME"
+# What a master process runs (`python -m ...`): the one entry point of every backend.
+MASTER_MODULE = "elasticdl_nb.backends.master_process"
 
 
 def home() -> Path:
@@ -31,22 +29,6 @@ def home() -> Path:
 
 def jobs_root() -> Path:
     return home() / "jobs"
-
-
-def write_json(path: Path, value: Any, private: bool = False) -> None:
-    """Write JSON atomically (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "w") as out:
-        json.dump(value, out, indent=1)
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -59,14 +41,20 @@ class JobRecord:
     where: dict[str, Any] = field(default_factory=dict)  # backend-specific: see job.json
 
     @property
+    def files(self) -> JobDir:
+        """The job directory as this machine holds it (for a Kubernetes job: what the
+        notebook prepared; the running job's files are `MasterLink.files`)."""
+        return JobDir(self.dir)
+
+    @property
     def master(self) -> dict | None:
         """{'address', 'pid'} once the master is serving."""
-        return read_json(self.dir / "master.json")
+        return read_json(self.files.master)
 
     @property
     def final_state(self) -> dict | None:
         """{'state', 'error', 'ended', ...} once the job has ended."""
-        return read_json(self.dir / "state.json")
+        return read_json(self.files.state)
 
     def master_alive(self) -> bool:
         master = self.master
@@ -81,7 +69,11 @@ class JobRecord:
             cmdline = Path(f"/proc/{master['pid']}/cmdline").read_bytes()
         except OSError:
             return False
-        return b"elasticdl_nb.runtime.master" in cmdline
+        return MASTER_MODULE.encode() in cmdline
+
+
+class JobExists(ElasticDLError, ValueError):
+    """A job of that name is known here already."""
 
 
 def create_job(name: str, backend: str = "local") -> JobRecord:
@@ -91,7 +83,7 @@ def create_job(name: str, backend: str = "local") -> JobRecord:
     try:
         job_dir.mkdir(mode=0o700)
     except FileExistsError:
-        raise ValueError(
+        raise JobExists(
             f"A job named {name!r} already exists ({job_dir}). Choose another "
             "name, or attach to it with elasticdl_nb.attach(name)."
         ) from None
@@ -103,11 +95,11 @@ def create_job(name: str, backend: str = "local") -> JobRecord:
 def save_record(record: JobRecord) -> None:
     info = {"name": record.name, "backend": record.backend, "token": record.token}
     info.update(created=record.created, where=record.where)
-    write_json(record.dir / "job.json", info, private=True)
+    write_json(record.files.record, info, private=True)
 
 
 def find_job(name: str) -> JobRecord | None:
-    info = read_json(jobs_root() / name / "job.json")
+    info = read_json(JobDir(jobs_root() / name).record)
     if info is None:
         return None
     return JobRecord(

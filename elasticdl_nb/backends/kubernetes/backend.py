@@ -1,0 +1,46 @@
+"""The Kubernetes backend: a job's master, workers and PS as pods (see the package
+docstring for how the pieces fit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elasticdl_nb.backends.backend import Backend, FoundJob, MasterLink
+from elasticdl_nb.backends.job_records import JobRecord
+from elasticdl_nb.spec import JobSpec
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+    can_dry_run = True
+
+    def submit(self, spec: JobSpec, record: JobRecord) -> None:
+        from elasticdl_nb.backends.kubernetes.submit import start_job
+
+        start_job(spec, record)
+
+    def dry_run(self, spec: JobSpec, record: JobRecord) -> str:
+        from elasticdl_nb.backends.kubernetes.dry_run import dry_run_yaml
+
+        return dry_run_yaml(spec, record.name, record.dir)
+
+    def link(self, record: JobRecord) -> MasterLink:
+        from elasticdl_nb.backends.kubernetes.master_link import KubernetesMasterLink
+
+        return KubernetesMasterLink(record)
+
+    def master_site(self, spec: JobSpec, job_dir: Path):
+        from elasticdl_nb.backends.kubernetes.master_site import KubernetesSite
+
+        del job_dir  # the pod's own copy; its site reads the cluster instead
+        return KubernetesSite(spec, spec.name)
+
+    def find_jobs(self, namespace: str, kubeconfig: str = "") -> list[FoundJob]:
+        from elasticdl_nb.backends.kubernetes.find import list_jobs
+
+        return list_jobs(namespace, kubeconfig)
+
+    def find_job(self, name: str, namespace: str, kubeconfig: str = "") -> JobRecord | None:
+        from elasticdl_nb.backends.kubernetes.find import record_for
+
+        return record_for(name, namespace, kubeconfig)

@@ -1,0 +1,117 @@
+"""`serve`: the life of a job's master process, given where it stands (its site).
+
+It serves the Master service, launches the parameter servers and workers through the
+site's launcher (local processes or pods), runs the job to its end, then stops every
+instance it started, writes the final state and returns. The process's entry point,
+which picks the site by the job's backend, sits above the runtime
+(`elasticdl_nb.backends.master_process`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from elasticdl_nb.runtime.job_dir import write_json
+from elasticdl_nb.runtime.master.instances import InstanceManager
+from elasticdl_nb.runtime.master.job_master import JobMaster
+from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.service import MasterService
+from elasticdl_nb.runtime.master.site import MasterSite
+from elasticdl_nb.runtime.process_env import ProcessEnv
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.auth import token_from_env
+from elasticdl_nb.runtime.protocol.channels import make_server
+from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.vocabulary import JobState
+
+log = logging.getLogger("elasticdl_nb.master")
+
+
+def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> None:
+    """Run the job in `job_dir` to its end; `site_for(spec, job_dir)` makes the site."""
+    token = token_from_env()
+    env = ProcessEnv(token, job_dir, "", ())
+    files = env.files
+    spec = JobSpec.from_json(files.spec.read_text())
+    name = spec.name
+    sources = env.load_sources()
+    train, validation = sources["train"], sources["validation"]
+
+    # Each worker may hold a thread for up to a second while it long-polls for a task.
+    server = make_server(token, "master", threads=64)
+    site = site_for(spec, job_dir)
+    try:
+        site.open()
+    except Exception as exc:  # e.g. the cluster refused the PS Services: say so, and why
+        log.error("the master cannot start: %s", exc)
+        status = {
+            "name": name,
+            "state": JobState.FAILED,
+            "error": f"the master cannot start: {exc}",
+        }
+        write_json(files.state, status)
+        site.job_ended(status)
+        raise SystemExit(1) from None
+    address = site.bind(server)
+    ps_addrs = site.ps_addrs
+    env = ProcessEnv(token, job_dir, address, tuple(ps_addrs))
+
+    journal = Journal(files.events)
+    contract_cache: list = []
+
+    def load_contract():
+        if not contract_cache:
+            from elasticdl_nb.model import load_bundle
+
+            contract_cache.append(load_bundle(files.bundle))
+        return contract_cache[0]
+
+    master = JobMaster(
+        spec, name, journal, train, validation, ps_addrs, token, job_dir, load_contract
+    )  # (ps_addrs: fixed ones, else empty: each PS reports where it serves)
+    rpc.add_MasterServicer_to_server(MasterService(master), server)
+    holder: list[InstanceManager] = []
+    launcher = site.launcher(env.to_environ(), lambda ev: holder[0].on_event(ev))
+    instances = InstanceManager(
+        launcher,
+        journal,
+        workers=spec.workers,
+        ps=spec.parameter_servers,
+        max_worker_relaunches=spec.max_worker_relaunches,
+        max_ps_relaunches=spec.max_ps_relaunches,
+        on_worker_lost=master.worker_lost,
+        on_ps_lost=master.ps_lost,
+        on_job_failed=master.fail,
+        lock=master.lock,
+        pending_timeout=spec.pending_timeout,
+        log_tail=files.log_tail,
+    )
+    holder.append(instances)
+    master.instances = instances
+
+    server.start()
+    write_json(files.master, {"address": address, "pid": os.getpid()})
+    log.info("master of %s serving on %s", name, address)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(
+            sig, lambda signum, _: master.stop(f"master got {signal.Signals(signum).name}")
+        )
+
+    instances.start()
+    threading.Thread(target=master.run, name="coordinator", daemon=True).start()
+    while not master.finished.wait(0.5):  # a timed wait keeps signal handlers responsive
+        pass
+
+    log.info("job %s %s; stopping instances", name, master.state)
+    instances.shutdown(grace_seconds=5)
+    status = master.status()
+    journal.close()  # event streams deliver what is left and end
+    server.stop(grace=2).wait()
+    write_json(files.state, status)  # last: its presence means the job is over
+    site.job_ended(status)
+    log.info("master exits")
