@@ -58,6 +58,7 @@ demo: $(STAMP)
 
 lint: $(STAMP) $(LABEXT_DEPS)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache  # the layers: pyproject.toml [tool.importlinter]
 	$(PY) -m elasticdl_nb.runtime.protocol.generate --check
 	cd labextension && npm run --silent lint:check  # prettier, eslint, tsc --noEmit
 

@@ -54,8 +54,9 @@ harness.pin_threads()  # the same pins as every benchmark; before TensorFlow sta
 import tensorflow as tf  # noqa: E402
 import workloads  # noqa: E402
 
+from elasticdl_nb.capture import write_bundle  # noqa: E402
 from elasticdl_nb.data import resolve_sources, stage_arrays  # noqa: E402
-from elasticdl_nb.model import load_bundle, write_bundle  # noqa: E402
+from elasticdl_nb.model import load_bundle  # noqa: E402
 from elasticdl_nb.runtime.process_env import ProcessEnv  # noqa: E402
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb  # noqa: E402
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc  # noqa: E402

@@ -151,7 +151,7 @@ def stop(*procs: subprocess.Popen) -> None:
 
 def make_job_dir(root: Path) -> Path:
     """A single-PS job's directory, as the local backend writes it (no data is read)."""
-    from elasticdl_nb.model.bundle import write_bundle
+    from elasticdl_nb.capture import write_bundle
     from elasticdl_nb.spec import JobSpec
 
     root.mkdir(parents=True)

@@ -56,7 +56,7 @@ class JobProcess:
     it; its output goes to `<role>.log` in the job directory."""
 
     def __init__(self, job_dir: Path, master: StubMaster, role: str = "ps"):
-        from elasticdl_nb.model.bundle import write_bundle
+        from elasticdl_nb.capture import write_bundle
         from elasticdl_nb.spec import JobSpec
 
         job_dir.mkdir(parents=True)

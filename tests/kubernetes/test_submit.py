@@ -12,7 +12,7 @@ import pytest
 
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, client_for
 from elasticdl_nb.backends.kubernetes.submit import submit
-from elasticdl_nb.model import write_bundle
+from elasticdl_nb.capture import write_bundle
 from elasticdl_nb.spec import JobSpec
 from tests.integration.models import DIGITS, custom_model
 from tests.kubernetes.access import grant_rbac_yaml, remove_priority_classes

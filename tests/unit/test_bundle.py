@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from elasticdl_nb.model import BundleError, load_bundle, write_bundle
+from elasticdl_nb.capture import write_bundle
+from elasticdl_nb.model import BundleError, load_bundle
 
 CELL = textwrap.dedent("""
     import tensorflow as tf

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from elasticdl_nb.capture import CaptureError, collect
+from elasticdl_nb.capture import CaptureError, collect, write_bundle
 from elasticdl_nb.capture.module_file import MODULE
-from elasticdl_nb.model import write_bundle
 
 
 @pytest.fixture(scope="module")
