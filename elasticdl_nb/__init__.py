@@ -7,8 +7,17 @@
 Importing this package does not import TensorFlow; the SDK imports it when it needs it.
 """
 
+from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.model.contract import Mode
 from elasticdl_nb.sdk import Job, JobFailed, attach, jobs, train
+from elasticdl_nb.sdk.errors import (
+    JobNotFound,
+    JobNotRunning,
+    NoModelYet,
+    NoSuchLog,
+    ScaleRefused,
+    UnknownRole,
+)
 from elasticdl_nb.spec import JobSpec, SpecError
 
 __version__ = "0.1.0"
@@ -21,4 +30,20 @@ def load_ipython_extension(ipython) -> None:
     load(ipython)
 
 
-__all__ = ["Job", "JobFailed", "JobSpec", "Mode", "SpecError", "attach", "jobs", "train"]
+__all__ = [
+    "ElasticDLError",
+    "Job",
+    "JobFailed",
+    "JobNotFound",
+    "JobNotRunning",
+    "JobSpec",
+    "Mode",
+    "NoModelYet",
+    "NoSuchLog",
+    "ScaleRefused",
+    "SpecError",
+    "UnknownRole",
+    "attach",
+    "jobs",
+    "train",
+]

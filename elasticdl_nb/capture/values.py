@@ -17,8 +17,10 @@ import threading
 import types
 from typing import Any
 
+from elasticdl_nb.errors import ElasticDLError
 
-class CaptureError(ValueError):
+
+class CaptureError(ElasticDLError, ValueError):
     """Something the model uses cannot be shipped to the job; the message names it."""
 
 

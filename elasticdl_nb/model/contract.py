@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from elasticdl_nb.errors import ElasticDLError
 
-class ContractError(ValueError):
+
+class ContractError(ElasticDLError, ValueError):
     """The model definition is incomplete or unusable; the message says what to define."""
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from elasticdl_nb.backends import backend_names, get_backend, job_records
 from elasticdl_nb.data import DataError, resolve_sources, stage_arrays
 from elasticdl_nb.model import write_bundle
+from elasticdl_nb.sdk.errors import JobNotFound
 from elasticdl_nb.sdk.job import Job
 from elasticdl_nb.sdk.model_source import functions_of
 from elasticdl_nb.spec import JobSpec, SpecError
@@ -182,7 +183,7 @@ def attach(name: str, namespace: str | None = None, kubeconfig: str = "") -> Job
     if record is None:
         known = [r.name for r in job_records.all_jobs()]
         where = f"in namespace {namespace!r} or " if namespace else ""
-        raise LookupError(
+        raise JobNotFound(
             f"No job named {name!r} {where}under {job_records.jobs_root()}. Known jobs: "
             f"{', '.join(known[-10:]) or 'none'}."
             + ("" if namespace else " (A Kubernetes job from elsewhere: pass namespace=.)")

@@ -17,22 +17,25 @@ import grpc
 
 from elasticdl_nb.backends import get_backend
 from elasticdl_nb.backends.job_records import JobRecord
-from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.journal import Event, read_journal_file
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.patience import Patience, PeerUnreachable
+from elasticdl_nb.sdk.errors import (
+    JobFailed,
+    JobNotRunning,
+    NoModelYet,
+    NoSuchLog,
+    ScaleRefused,
+    UnknownRole,
+)
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Role
 
 # How long a call from here waits out a master that does not answer (busy or paused)
 # before this process falls back to the job's files or reports the master unreachable.
 NOTEBOOK_PATIENCE = Patience(seconds=15)
-
-
-class JobFailed(ElasticDLError, RuntimeError):
-    """The job ended in `failed`; the message is the master's reason."""
 
 
 class Job:
@@ -163,11 +166,11 @@ class Job:
     def logs(self, role: str = "master", index: int = 0, tail: int | None = None) -> str:
         """The log of one process: role 'master', 'worker' or 'ps', and its id."""
         if role not in set(Role):
-            raise ValueError(f"No role {role!r}: a job's processes are master, worker and ps.")
+            raise UnknownRole(f"No role {role!r}: a job's processes are master, worker and ps.")
         path = self._files.log(role, index)
         if not path.exists():
             known = sorted(p.stem for p in self._files.logs.glob("*.log"))
-            raise FileNotFoundError(
+            raise NoSuchLog(
                 f"No log for {role} {index} of job {self.name!r}; there are "
                 f"logs for: {', '.join(known) or 'nothing yet'}."
             )
@@ -182,9 +185,9 @@ class Job:
         try:
             return json.loads(stub.Scale(pb.ScaleRequest(workers=workers), timeout=10).json)
         except grpc.RpcError as err:
-            raise ValueError(f"Cannot scale job {self.name!r}: {err.details()}") from None
+            raise ScaleRefused(f"Cannot scale job {self.name!r}: {err.details()}") from None
         except PeerUnreachable as exc:
-            raise ValueError(f"Cannot scale job {self.name!r}: {exc}") from None
+            raise ScaleRefused(f"Cannot scale job {self.name!r}: {exc}") from None
 
     def stop(self, timeout: float = 30.0) -> dict:
         """Stop the job and every process of it; returns the final status."""
@@ -207,7 +210,7 @@ class Job:
     def _require_master(self, what: str) -> rpc.MasterStub:
         stub = self._master()
         if stub is None:
-            raise ValueError(
+            raise JobNotRunning(
                 f"Cannot {what} job {self.name!r}: it is "
                 f"{self.status().get('state')}, its master is not running."
             )
@@ -247,7 +250,7 @@ class Job:
 
         path = self._files.model
         if not path.exists():
-            raise FileNotFoundError(
+            raise NoModelYet(
                 f"Job {self.name!r} has no exported model yet (state: "
                 f"{self.status().get('state')}); it is written when the job "
                 "succeeds."

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.sdk.progress import INSTANCE_LOST, describe
 from elasticdl_nb.vocabulary import (
@@ -132,7 +133,7 @@ class JobView:
         """A view of `job`, with the backend, epochs, workers and PS of its spec.json."""
         spec: dict[str, Any] = {}
         try:
-            spec = json.loads((job.dir / "spec.json").read_text())
+            spec = json.loads(JobDir(job.dir).spec.read_text())
         except (AttributeError, OSError, ValueError):
             pass  # a job without a readable spec still gets a dashboard, with '?' for these
         return cls(

@@ -14,8 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.errors import ElasticDLError
 
-class KubernetesError(RuntimeError):
+
+class KubernetesError(ElasticDLError, RuntimeError):
     """The cluster refused or could not be reached; the message names the cause and fix."""
 
 

@@ -5,11 +5,14 @@ its Service the address, its ConfigMap the spec (for the shared volume)."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 from elasticdl_nb.backends import job_records
 from elasticdl_nb.backends.backend import FoundJob
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import call, client_for
+from elasticdl_nb.backends.kubernetes.backend import KubernetesBackend
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.vocabulary import JobState
 
 # What a job whose master pod is in this phase is (the pod's phase says no more than that).
@@ -34,7 +37,7 @@ def list_jobs(namespace: str, kubeconfig: str = "") -> list[FoundJob]:
     return [
         FoundJob(
             name=pod["metadata"]["labels"][m.LABEL_JOB],
-            backend="kubernetes",
+            backend=KubernetesBackend.name,
             state=_STATE_OF_PHASE.get((pod.get("status") or {}).get("phase"), JobState.ENDED),
             created=pod["metadata"].get("creationTimestamp", ""),
         )
@@ -64,15 +67,15 @@ def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.J
     from elasticdl_nb.backends.kubernetes.submit import local_view
     from elasticdl_nb.spec import JobSpec
 
-    spec = JobSpec.from_json(bundle["data"]["spec.json"])
+    spec = JobSpec.from_json(bundle["data"][JobDir(Path()).spec.name])
 
-    record = job_records.find_job(name) or job_records.create_job(name, "kubernetes")
+    record = job_records.find_job(name) or job_records.create_job(name, KubernetesBackend.name)
     record = job_records.JobRecord(
         name,
         record.dir,
         base64.b64decode(secret["data"][m.TOKEN_KEY]).decode(),
         record.created,
-        "kubernetes",
+        KubernetesBackend.name,
         {
             "namespace": namespace,
             "kubeconfig": kubeconfig,

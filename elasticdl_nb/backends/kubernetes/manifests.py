@@ -18,6 +18,7 @@ from typing import Any
 
 from elasticdl_nb.backends.job_records import MASTER_MODULE
 from elasticdl_nb.backends.kubernetes.pod_template import merge_into_pod
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.logs import LOG_DIR_ENV
 from elasticdl_nb.runtime.process_env import (
     BIND_HOST_ENV,
@@ -330,16 +331,18 @@ def bundle_files(spec: JobSpec, name: str, job_dir: Path) -> dict[str, bytes]:
     ConfigMap: spec, sources, model bundle and staged arrays, with every path that names
     the prepared directory (or the notebook's view of a hostPath shared volume) turned
     into the path the pods see."""
-    files = {p: (job_dir / p).read_bytes() for p in ("spec.json", "sources.json")}
-    for folder in ("bundle", "data"):
-        for path in sorted((job_dir / folder).rglob("*")):
+    prepared = JobDir(job_dir)
+    json_files = [prepared.spec.name, prepared.sources.name]  # they name paths: moved below
+    files = {p: (job_dir / p).read_bytes() for p in json_files}
+    for folder in (prepared.bundle, prepared.data):
+        for path in sorted(folder.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 files[str(path.relative_to(job_dir))] = path.read_bytes()
     moves = {str(job_dir): _job_dir(name)}
     kind, _, host_dir = spec.shared_volume.partition(":")
     if kind == "hostPath":
         moves[host_dir.rstrip("/")] = JOB_MOUNT
-    for path in ("spec.json", "sources.json"):
+    for path in json_files:
         text = files[path].decode()
         for local, in_pod in moves.items():  # paths are whole JSON strings or start them
             text = text.replace(f'"{local}/', f'"{in_pod}/').replace(f'"{local}"', f'"{in_pod}"')

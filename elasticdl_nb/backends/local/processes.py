@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent
 from elasticdl_nb.vocabulary import InstanceState
@@ -25,8 +26,8 @@ from elasticdl_nb.vocabulary import InstanceState
 
 class LocalProcesses:
     def __init__(self, job_dir: Path, env: dict[str, str], on_event: EventSink):
-        self.log_dir = job_dir / "logs"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.files = JobDir(job_dir)
+        self.files.logs.mkdir(parents=True, exist_ok=True)
         self._env = {
             **os.environ,
             **env,
@@ -40,7 +41,7 @@ class LocalProcesses:
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
 
     def _spawn(self, role: str, instance_id: int) -> subprocess.Popen:
-        log_path = self.log_dir / f"{role}-{instance_id}.log"
+        log_path = self.files.log(role, instance_id)
         with open(log_path, "ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", f"elasticdl_nb.runtime.{role}", "--id", str(instance_id)],

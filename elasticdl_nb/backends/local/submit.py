@@ -15,13 +15,14 @@ import threading
 import time
 
 from elasticdl_nb.backends.job_records import MASTER_MODULE, JobRecord
+from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.runtime.job_dir import log_tail
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 
 MASTER_START_TIMEOUT = 60.0
 
 
-class LaunchError(RuntimeError):
+class LaunchError(ElasticDLError, RuntimeError):
     """The master did not come up; the message carries the end of its log."""
 
 
