@@ -1,9 +1,11 @@
-"""`WS /elasticdl/api/jobs/{name}/events?from_seq=N`: a job's journal from sequence number
-N, one JSON message per event (`{"seq", "time", "kind", "data"}`), live while the job
-runs; the server closes the socket once the journal has ended. A client that lost its
-connection reconnects with `from_seq` = the last seq it saw + 1 and misses nothing.
+"""`WS /elasticdl/api/jobs/{name}/events?from_seq=N[&namespace=NS]`: a job's journal from
+sequence number N, one JSON message per event (`{"seq", "time", "kind", "data"}`), live
+while the job runs; the server closes the socket once the journal has ended. A client
+that lost its connection reconnects with `from_seq` = the last seq it saw + 1 and misses
+nothing.
 
-The journal is read by `Job.events`, which blocks, in a thread of its own; messages are
+The job is found as every per-job route finds it (`attach`, see sdk_calls.py); its
+journal is read by `Job.events`, which blocks, in a thread of its own; messages are
 handed to the server's event loop. Authentication happens before the upgrade, as for
 Jupyter's own websockets: a logged-in user allowed to `read` "elasticdl", same origin.
 """
@@ -18,8 +20,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from tornado import ioloop, web, websocket
 
-from elasticdl_nb.backends import job_records as registry
-from elasticdl_nb.sdk.job import Job
+from elasticdl_nb.server.sdk_calls import find_job
 
 
 class EventsSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
@@ -31,14 +32,11 @@ class EventsSocket(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
             raise web.HTTPError(403, "not logged in")
         if not self.authorizer.is_authorized(self, user, "read", self.auth_resource):
             raise web.HTTPError(403, "not allowed to read elasticdl jobs")
-        record = registry.find_job(kwargs["name"])
-        if record is None:
-            raise web.HTTPError(404, f"no job named {kwargs['name']!r}")
         try:
             self.from_seq = max(0, int(self.get_argument("from_seq", "0")))
         except ValueError:
             raise web.HTTPError(400, "from_seq is a whole number") from None
-        self.job = Job(record)
+        self.job = await find_job(kwargs["name"], self.get_argument("namespace", ""))
         await super().get(*args, **kwargs)
 
     def open(self, *args: Any, **kwargs: Any) -> None:

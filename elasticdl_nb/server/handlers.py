@@ -1,15 +1,18 @@
 """The HTTP handlers of the job API (see the package docstring for the routes).
 
+Thin, as dask-labextension's are: each handler parses its request and makes one SDK call
+through `sdk_calls` (which also turns the SDK's errors into HTTP codes). A per-job route
+finds its job with `attach(name, namespace)`, so a Kubernetes job that another notebook
+started has every view a local one has, given `?namespace=`.
+
 Built on Jupyter's `APIHandler`: a request needs a logged-in user (token or cookie) whom
 the server's authorizer allows `read` (GET) or `write` (PATCH, DELETE) on the
 "elasticdl" resource; a cookie-authenticated PATCH or DELETE also needs the XSRF token;
-a cross-origin request is refused. Errors are JSON, `{"message": ...}`. Calls that may
-wait on a job's master run in a thread, so the server never blocks on a slow job.
+a cross-origin request is refused. Errors are JSON, `{"message": ...}`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -18,108 +21,102 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from elasticdl_nb.backends import job_records as registry
-from elasticdl_nb.sdk.job import Job
+from elasticdl_nb.sdk import attach, jobs
 from elasticdl_nb.server.events_socket import EventsSocket
-from elasticdl_nb.server.summary import job_detail, job_summary
+from elasticdl_nb.server.sdk_calls import call, find_job
+from elasticdl_nb.server.summary import job_detail, job_summary, remote_summary
+from elasticdl_nb.vocabulary import FINAL_STATES
 
 RESOURCE = "elasticdl"
 NAME = r"(?P<name>[a-z0-9][-a-z0-9]*)"
 
 
-def find_job(name: str) -> tuple[Job, float]:
-    """The job and its creation time; 404 if this machine knows no such job."""
-    record = registry.find_job(name)
-    if record is None:
-        raise web.HTTPError(404, reason=f"no job named {name!r}")
-    return Job(record), record.created
-
-
 class JobsAPIHandler(APIHandler):
     auth_resource = RESOURCE
+
+    @property
+    def namespace(self) -> str:
+        """`?namespace=`: also the Kubernetes jobs there that other notebooks started."""
+        return self.get_argument("namespace", "")
 
     def reply(self, value: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(value))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """`{"message": ...}`: the reason given, else the exception's own words."""
-        reason = self._reason
+        """`{"message": ...}`: the error's own words, else the status's phrase."""
+        message = self._reason
         exc = kwargs.get("exc_info", (None, None))[1]
-        if isinstance(exc, web.HTTPError) and exc.reason:
-            reason = exc.reason
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.get_message()
         elif exc is not None and not isinstance(exc, web.HTTPError):
-            reason = str(exc)
+            message = str(exc)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": reason}))
+        self.finish(json.dumps({"message": message}))
 
 
 class JobListHandler(JobsAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        namespace = self.get_argument("namespace", "")
-        self.reply({"jobs": await asyncio.to_thread(_all_jobs, namespace)})
+        listed = await call(_summaries, self.namespace)
+        self.reply({"jobs": listed, "final_states": sorted(FINAL_STATES)})
 
 
-def _all_jobs(namespace: str) -> list[dict[str, Any]]:
-    jobs = [job_summary(Job(record), record.created) for record in registry.all_jobs()]
-    if namespace:  # Kubernetes jobs that other notebooks started there
-        from elasticdl_nb.backends.kubernetes.find import list_jobs
-
-        known = {j["name"] for j in jobs}
-        for found in list_jobs(namespace):
-            if found["name"] not in known:
-                state = {"Running": "running", "Pending": "starting"}.get(found["phase"], "ended")
-                jobs.append({"name": found["name"], "backend": "kubernetes", "state": state,
-                             "remote": True})  # fmt: skip
-    return jobs
+def _summaries(namespace: str) -> list[dict[str, Any]]:
+    out = []
+    for listed in jobs(namespace or None):
+        if listed["remote"]:  # nothing more to say without attaching to it
+            out.append(remote_summary(listed))
+            continue
+        try:
+            job = attach(listed["name"])
+        except LookupError:
+            continue  # deleted since it was listed
+        out.append(job_summary(job, created=listed["created"]))
+    return out
 
 
 class JobHandler(JobsAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        job, created = find_job(name)
-        self.reply(await asyncio.to_thread(job_detail, job, created))
+        job = await find_job(name, self.namespace)
+        self.reply(await call(job_detail, job))
 
     @web.authenticated
     @authorized
     async def patch(self, name: str) -> None:
-        job, _ = find_job(name)
+        job = await find_job(name, self.namespace)
         try:
             workers = int(json.loads(self.request.body or b"{}")["workers"])
         except (ValueError, KeyError, TypeError):
-            raise web.HTTPError(400, reason='send {"workers": N}, N a whole number') from None
+            raise web.HTTPError(400, 'send {"workers": N}, N a whole number') from None
         if workers < 0:
-            raise web.HTTPError(400, reason=f"workers must be 0 or more, not {workers}")
-        try:
-            self.reply(await asyncio.to_thread(job.scale, workers))
-        except ValueError as exc:  # not running: the SDK says why
-            raise web.HTTPError(409, reason=str(exc)) from None
+            raise web.HTTPError(400, "workers must be 0 or more, not %d", workers)
+        # A ValueError here is the job's state (not running): the SDK says why.
+        self.reply(await call(job.scale, workers, invalid=409))
 
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        job, created = find_job(name)
-        status = await asyncio.to_thread(job.stop)
-        self.reply(job_summary(job, created, status))
+        job = await find_job(name, self.namespace)
+        status = await call(job.stop)
+        self.reply(job_summary(job, status))
 
 
 class JobLogsHandler(JobsAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        job, _ = find_job(name)
+        job = await find_job(name, self.namespace)
         role = self.get_argument("role", "master")
         try:
             index = int(self.get_argument("index", "0"))
             tail = int(self.get_argument("tail", "200"))
-            text = await asyncio.to_thread(job.logs, role, index, tail)
         except ValueError:
-            raise web.HTTPError(400, reason="index and tail are whole numbers") from None
-        except FileNotFoundError as exc:
-            raise web.HTTPError(404, reason=str(exc)) from None
+            raise web.HTTPError(400, "index and tail are whole numbers") from None
+        text = await call(job.logs, role, index, tail)
         self.reply({"role": role, "index": index, "text": text})
 
 

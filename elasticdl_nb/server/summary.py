@@ -1,14 +1,20 @@
-"""A job as the sidebar shows it: one small JSON object built from `Job.status()`."""
+"""A job as the sidebar shows it: one small JSON object built from `Job.status()`, or, for
+a Kubernetes job only its namespace knows, from what `jobs()` says of it."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from elasticdl_nb.sdk.job import Job
+from elasticdl_nb.sdk import Job
+from elasticdl_nb.vocabulary import JobState
 
 
-def job_summary(job: Job, created: float, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Name, backend, state, progress (with `fraction` done, 0..1), worker and PS counts."""
+def job_summary(
+    job: Job, status: dict[str, Any] | None = None, created: float | str | None = None
+) -> dict[str, Any]:
+    """Name, backend, state, progress (with `fraction` done, 0..1), worker and PS counts;
+    `created` (Unix seconds) when the caller knows it (`jobs()` does, `Job` does not)."""
     status = job.status() if status is None else status
     state = status.get("state", "unknown")
     per_epoch = status.get("records_per_epoch") or 0
@@ -21,21 +27,45 @@ def job_summary(job: Job, created: float, status: dict[str, Any] | None = None) 
         "state": state,
         "error": status.get("error") or "",
         "waiting": status.get("waiting") or "",
-        "created": created,
+        **_created(created),
         "progress": {
             "epoch": status.get("epoch", 0),
             "epochs": epochs,
             "step": status.get("step", 0),
-            "fraction": 1.0 if state == "succeeded" else min(1.0, fraction),
+            "fraction": 1.0 if state == JobState.SUCCEEDED else min(1.0, fraction),
             "records_per_second": status.get("records_per_second", 0.0),
         },
         "workers": {"live": status.get("workers", 0), "desired": status.get("desired_workers", 0)},
         "ps": status.get("ps", 0),
         "metrics": status.get("metrics") or {},
+        "remote": False,
     }
 
 
-def job_detail(job: Job, created: float) -> dict[str, Any]:
+def remote_summary(listed: dict[str, Any]) -> dict[str, Any]:
+    """A job that only a Kubernetes namespace knows, as `jobs(namespace)` lists it: its
+    state is all there is to say until someone attaches to it."""
+    return {
+        "name": listed["name"],
+        "backend": listed["backend"],
+        "state": listed["state"],
+        **_created(listed.get("created")),
+        "remote": True,
+    }
+
+
+def job_detail(job: Job) -> dict[str, Any]:
     """The summary, plus every instance (role, id, state, pid, exit reason)."""
     status = job.status()
-    return {**job_summary(job, created, status), "instances": status.get("instances", [])}
+    return {**job_summary(job, status), "instances": status.get("instances", [])}
+
+
+def _created(created: float | str | None) -> dict[str, float]:
+    """`{"created": Unix seconds}`, from a number or an RFC 3339 time (what Kubernetes
+    gives); nothing when unknown."""
+    if isinstance(created, str):
+        try:
+            created = datetime.fromisoformat(created).timestamp()
+        except ValueError:
+            created = None
+    return {} if created is None else {"created": float(created)}

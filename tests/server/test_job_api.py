@@ -1,6 +1,7 @@
 """The job API of the server extension against real local jobs and a real Jupyter server:
-list, detail, scale and stop; the events websocket resuming from a sequence number; and
-requests that are refused (not logged in, cross-site, no XSRF token, bad input)."""
+list (with the final states), detail, scale, stop and logs; the events websocket resuming
+from a sequence number; the SDK's errors as HTTP codes with its words; and requests that
+are refused (not logged in, cross-site, no XSRF token, bad input)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import json
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
+import elasticdl_nb as edl
+from elasticdl_nb.vocabulary import FINAL_STATES
 from tests.integration.faults import wait_for_step
 from tests.integration.models import DIGITS, digits_job
 
@@ -46,15 +49,32 @@ async def test_list_detail_scale_and_stop_a_real_job(jp_fetch, job_home):
     job, _, _ = digits_job(workers=1, epochs=30, loss=_paced_loss)
     await asyncio.to_thread(wait_for_step, job, 5)
 
-    listed = (await fetch_json(jp_fetch))["jobs"]
+    reply = await fetch_json(jp_fetch)
+    assert reply["final_states"] == ["ended", "failed", "lost", "stopped", "succeeded"]
+    assert set(reply["final_states"]) == FINAL_STATES  # the vocabulary's, not a copy
+    listed = reply["jobs"]
     assert [j["name"] for j in listed] == [job.name]
     summary = listed[0]
     assert summary["backend"] == "local" and summary["state"] == "running"
     assert 0 < summary["progress"]["fraction"] < 1 and summary["progress"]["epochs"] == 30
     assert summary["workers"] == {"live": 1, "desired": 1} and summary["ps"] == 1
+    assert summary["created"] == edl.jobs()[0]["created"] and summary["remote"] is False
 
     detail = await fetch_json(jp_fetch, job.name)
     assert {(i["role"], i["id"]) for i in detail["instances"]} >= {("ps", 0), ("worker", 0)}
+
+    logs = await fetch_json(jp_fetch, job.name, "logs", params={"role": "worker", "tail": "5"})
+    assert logs["role"] == "worker" and logs["index"] == 0 and logs["text"]
+    with pytest.raises(HTTPClientError) as missing:  # Job.logs: FileNotFoundError
+        await fetch_json(jp_fetch, job.name, "logs", params={"role": "worker", "index": "9"})
+    assert missing.value.code == 404
+    with pytest.raises(FileNotFoundError) as sdk:
+        job.logs("worker", 9)
+    assert json.loads(missing.value.response.body) == {"message": str(sdk.value)}
+    with pytest.raises(HTTPClientError) as bad:  # Job.logs: ValueError
+        await fetch_json(jp_fetch, job.name, "logs", params={"role": "chief"})
+    assert bad.value.code == 400
+    assert json.loads(bad.value.response.body)["message"].startswith("No role 'chief'")
 
     with pytest.raises(HTTPClientError) as bad:
         await fetch_json(jp_fetch, job.name, method="PATCH", body='{"workers": "x"}')
@@ -71,6 +91,41 @@ async def test_list_detail_scale_and_stop_a_real_job(jp_fetch, job_home):
     stopped = await fetch_json(jp_fetch, job.name, method="DELETE")
     assert stopped["state"] == "stopped"
     assert (await fetch_json(jp_fetch))["jobs"][0]["state"] == "stopped"
+    with pytest.raises(HTTPClientError) as over:  # Job.scale on a stopped job: ValueError
+        await fetch_json(jp_fetch, job.name, method="PATCH", body=json.dumps({"workers": 2}))
+    assert over.value.code == 409
+    assert "its master is not running" in json.loads(over.value.response.body)["message"]
+
+
+async def test_a_job_nobody_knows_is_a_404_in_the_sdk_s_words(
+    jp_fetch, jp_ws_fetch, job_home, monkeypatch
+):
+    with pytest.raises(LookupError) as sdk:
+        edl.attach("no-such-job")
+    for method, path, body in [
+        ("GET", (), None),
+        ("PATCH", (), '{"workers": 1}'),
+        ("DELETE", (), None),
+        ("GET", ("logs",), None),
+    ]:
+        with pytest.raises(HTTPClientError) as missing:
+            await fetch_json(jp_fetch, "no-such-job", *path, method=method, body=body)
+        assert missing.value.code == 404, (method, path)
+        assert json.loads(missing.value.response.body) == {"message": str(sdk.value)}
+    with pytest.raises(HTTPClientError) as missing:
+        await jp_ws_fetch("elasticdl", "api", "jobs", "no-such-job", "events")
+    assert missing.value.code == 404
+
+    # With a namespace the cluster is asked too; a cluster it cannot reach is the
+    # user's to fix (an ElasticDLError): 400, with the SDK's fix.
+    monkeypatch.setenv("KUBECONFIG", str(job_home / "no-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for path in [(), ("no-such-job",)]:
+        with pytest.raises(HTTPClientError) as refused:
+            await fetch_json(jp_fetch, *path, params={"namespace": "ml"})
+        assert refused.value.code == 400, path
+        message = json.loads(refused.value.response.body)["message"]
+        assert message.startswith(f"No kubeconfig at {job_home / 'no-kubeconfig'}"), message
 
 
 async def test_the_events_websocket_resumes_from_a_sequence_number(jp_fetch, jp_ws_fetch, job_home):
@@ -131,7 +186,9 @@ async def test_refused_not_logged_in_cross_site_and_without_xsrf(
             headers={"Cookie": f"{cookies}; _xsrf={xsrf}", "X-XSRFToken": xsrf},
         )
     assert missing.value.code == 404
-    assert json.loads(missing.value.response.body) == {"message": "no job named 'no-such-job'"}
+    with pytest.raises(LookupError) as sdk:
+        edl.attach("no-such-job")
+    assert json.loads(missing.value.response.body) == {"message": str(sdk.value)}
 
 
 async def _ws_without_token(port: int, base_url: str):
