@@ -87,10 +87,19 @@ def paced_appends(append: Callable[[int], None], rate: float, seconds: float) ->
     }
 
 
+class NoInstances:
+    """The driver's launcher: this master starts no instances."""
+
+    def launch(self, role: str, instance_id: int) -> None: ...
+    def kill(self, role: str, instance_id: int, force: bool = False) -> None: ...
+    def grow_memory(self, role: str) -> str | None: ...
+    def shutdown(self, grace_seconds: float) -> None: ...
+
+
 def serve_journal(job_dir: Path, rate: float, seconds: float) -> dict:
     """The master's journal and service, as `elasticdl_nb.runtime.master.serve` builds them."""
     from elasticdl_nb.runtime.job_dir import write_json
-    from elasticdl_nb.runtime.master.job_master import JobMaster
+    from elasticdl_nb.runtime.master.assembly import build_master
     from elasticdl_nb.runtime.master.journal import Journal
     from elasticdl_nb.runtime.master.service import MasterService
     from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
@@ -100,7 +109,10 @@ def serve_journal(job_dir: Path, rate: float, seconds: float) -> dict:
 
     token = token_from_env()
     journal = Journal(job_dir / "events.jsonl")
-    master = JobMaster(JobSpec(), job_dir.name, journal, [], [], [], token, job_dir, None)
+    master = build_master(
+        JobSpec(), job_dir, journal, token=token, train=[], validation=[],
+        launcher_for=lambda on_event: NoInstances(),
+    )  # fmt: skip
     server = make_server(token, "master", threads=64)
     rpc.add_MasterServicer_to_server(MasterService(master), server)
     address = f"127.0.0.1:{listen(server, '127.0.0.1:0')}"

@@ -1,12 +1,13 @@
-"""A real JobMaster and InstanceManager wired as the master process wires them, with a
-recording launcher in place of processes (for unit tests of the master's decisions)."""
+"""A real JobMaster and InstanceManager, put together by the master process's factory
+(`assembly.build_master`), with a recording launcher in place of processes (for unit
+tests of the master's decisions)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
-from elasticdl_nb.runtime.master.instances import InstanceManager
+from elasticdl_nb.runtime.master.assembly import build_master
 from elasticdl_nb.runtime.master.job_master import JobMaster
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.site import InstanceEvent
@@ -29,34 +30,21 @@ class RecordingLauncher:
 
 
 def started_master(job_dir: Path, workers: int = 2, ps: int = 1, records: int = 40) -> JobMaster:
-    """A master whose instances have all started (minibatches of 10, one per task)."""
+    """A master whose instances have all started (minibatches of 10, one per task), built
+    by the master process's own factory; its coordinator is not running, so a test takes
+    its steps (`start_epoch`, `start_evaluation`) itself."""
     spec = JobSpec.from_options(
         data=["x"], workers=workers, ps=ps, minibatch_size=10, minibatches_per_task=1
     )
-    journal = Journal()
-    master = JobMaster(
+    launcher = RecordingLauncher()
+    master = build_master(
         spec,
-        "job",
-        journal,
+        job_dir,
+        Journal(),
+        token="t",
         train=[SourceInfo("train", "npy", records)],
         validation=[SourceInfo("validation", "npy", 20)],
-        ps_addrs=[],
-        token="t",
-        job_dir=job_dir,
-        load_contract=None,
-    )
-    launcher = RecordingLauncher()
-    master.instances = InstanceManager(
-        launcher,
-        journal,
-        workers=workers,
-        ps=ps,
-        max_worker_relaunches=5,
-        max_ps_relaunches=5,
-        on_worker_lost=master.worker_lost,
-        on_ps_lost=master.ps_lost,
-        on_job_failed=master.fail,
-        lock=master.lock,
+        launcher_for=lambda on_event: launcher,
     )
     master.instances.start()
     for role, instance in launcher.launched:

@@ -27,7 +27,7 @@ class Launcher(RecordingLauncher):
 def manager(launcher, failures: list[str], **options) -> tuple[InstanceManager, Journal]:
     journal = Journal()
     instances = InstanceManager(
-        launcher,
+        lambda on_event: launcher,
         journal,
         workers=1,
         ps=1,

@@ -17,8 +17,9 @@ from tests.unit.masters import started_master
 
 
 def test_a_waiting_get_task_of_a_worker_that_died_meanwhile_gets_no_task(tmp_path):
-    master = started_master(tmp_path, workers=2)
-    master.epoch = 0  # training has begun, every task of it is handed out: the queue is empty
+    master = started_master(tmp_path, workers=2, records=0)
+    with master.lock:
+        master.start_epoch(0)  # training has begun, with no task to hand out
 
     answer: list[pb.Task] = []
     waiting = threading.Thread(target=lambda: answer.append(master.get_task(1, wait_seconds=5)))
@@ -26,7 +27,7 @@ def test_a_waiting_get_task_of_a_worker_that_died_meanwhile_gets_no_task(tmp_pat
     time.sleep(0.2)  # worker 1's GetTask now waits for work
     master.instances.on_event(InstanceEvent("worker", 1, "killed", signal="SIGKILL"))
     with master.lock:
-        master._start_eval(final=False)  # work appears: this wakes the waiting call
+        master.start_evaluation(final=False)  # work appears: this wakes the waiting call
     waiting.join(5)
 
     assert answer and answer[0].type == pb.FINISHED

@@ -1,5 +1,5 @@
-"""The master's part in an allreduce job: the group's versions, and what a failure or a
-retirement means for the task queue.
+"""The master's part in an allreduce job (its `TrainingStrategy`): the group's versions,
+and what a failure or a retirement means for the task queue.
 
 The workers reduce among themselves (runtime/collective/ring.py); the master keeps who
 is in the group (`GroupCoordinator`) and makes sure that records are applied exactly
@@ -23,13 +23,13 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 
 from elasticdl_nb.runtime.collective.coordinator import GroupCoordinator
 from elasticdl_nb.runtime.collective.membership import Recovery, Report
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost
-from elasticdl_nb.runtime.master.tasks import TaskQueue
+from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.vocabulary import EventKind
 
 log = logging.getLogger("elasticdl_nb.master")
 
@@ -47,19 +47,19 @@ def group_message(group: Group) -> pb.GroupInfo:
 
 
 class AllreduceGroup:
-    def __init__(
-        self,
-        expected_workers: int,
-        journal: Callable[..., object],
-        lock: threading.RLock,
-        queue: TaskQueue,
-        release: Callable[[int], None],
-        fail: Callable[[str], None],
-        kill: Callable[[int], None],
-    ):
-        self.coordinator = GroupCoordinator(expected_workers, journal)
-        self._lock, self._queue = lock, queue  # the master's lock guards the queue
-        self._release, self._fail, self._kill = release, fail, kill
+    """`TrainingStrategy` with allreduce: the group's versions and the accounts of its
+    members. Its state is guarded by the master's lock, except `coordinator`, which has
+    its own (a `join` or `report_lost` waits there for the other members)."""
+
+    pushes_before_more_work = False
+    # An allreduce member's feed asks again at once: its GetTask waited already.
+    idle_wait_seconds = 0.0
+    # A member that retires leaves with the group, at a step the group agrees on.
+    stops_unwanted_on_report = False
+
+    def __init__(self, job: JobControl, expected_workers: int):
+        self._job = job
+        self.coordinator = GroupCoordinator(expected_workers, job.journal.append)
         self._deferred: dict[int, float] = {}  # dead member -> when it died
         # Survivors' accounts of minibatches they applied and had not reported yet.
         self._unreported: list[pb.StepMinibatch] = []
@@ -74,7 +74,7 @@ class AllreduceGroup:
         return group_message(self.coordinator.group(version))
 
     def report_lost(self, r: pb.LostReport) -> pb.RecoveryPlan:
-        with self._lock:
+        with self._job.lock:
             self._unreported.extend(r.unreported)
         report = Report(r.worker_id, r.completed_step, r.holds_result)
         suspect = r.suspect if r.suspect >= 0 else None
@@ -83,9 +83,9 @@ class AllreduceGroup:
                 r.version, report, AGREE_TIMEOUT, suspect=suspect, cause=r.cause
             )
         except AssertionError as exc:  # e.g. the only holder of a step died in recovery
-            self._fail(f"the allreduce group cannot recover consistently: {exc}")
+            self._job.fail(f"the allreduce group cannot recover consistently: {exc}")
             raise PeerLost(None, str(exc)) from None
-        with self._lock:
+        with self._job.lock:
             if recovery.group.version not in self._recovered:  # once per decision
                 self._recovered.add(recovery.group.version)
                 self._carry_out(recovery)
@@ -107,17 +107,36 @@ class AllreduceGroup:
             if m.step <= recovery.step:
                 applied[m.task_id].append(m.start)
         for task_id, starts in applied.items():
-            self._queue.report(task_id, starts)
+            self._job.queue.report(task_id, starts)
         for worker in recovery.lost:
             self._deferred.pop(worker, None)
-            self._release(worker)
+            self._job.release(worker)
             # Out of the group but maybe alive (it hung, or went silent): end it, so that
             # the master replaces it (a no-op for one that is gone already).
-            threading.Thread(target=self._kill, args=(worker,), daemon=True).start()
+            threading.Thread(target=self._job.end_worker, args=(worker,), daemon=True).start()
 
-    # ------------------------------------------------------------------ instance events
+    # ------------------------------------------------------------------ TrainingStrategy
 
-    def worker_ended(self, worker: int) -> bool:
+    def ready_to_train(self) -> bool:
+        return True  # the members form the group as they come
+
+    def task_for_unwanted(self, worker_id: int) -> pb.Task:
+        """A member the master scales away leaves at the group's next version: it gets
+        no more work, and learns from the group when to go."""
+        if worker_id in self.coordinator.members():
+            self.coordinator.leave(worker_id)
+        return pb.Task(type=pb.NONE, wait_seconds=0.5)
+
+    def worker_reported(self, report: pb.ProgressReport) -> None:
+        if report.HasField("settled"):
+            s = report.settled
+            self._job.journal.append(
+                EventKind.GROUP_SETTLED, version=s.version, step=s.step,
+                seconds=round(s.seconds, 6), cause=s.cause, worker=report.worker_id,
+                completed_at=s.completed_at,
+            )  # fmt: skip
+
+    def worker_lost(self, worker: int) -> bool:
         """A worker process ended (under the master's lock). Returns whether its tasks
         may be released now; otherwise the survivors' recovery releases them."""
         members = self.coordinator.members()
@@ -125,7 +144,7 @@ class AllreduceGroup:
         if worker not in members:
             return True  # never admitted, or it left the group before it ended
         if not members - {worker} - set(self._deferred):
-            self._fail(
+            self._job.fail(
                 f"worker {worker} ended and no other member of the allreduce group is alive: "
                 "every replica of the model is lost (the allreduce strategy keeps the model "
                 "only in live workers). Use strategy='ps' for checkpointed training."
@@ -134,24 +153,31 @@ class AllreduceGroup:
         self._deferred[worker] = time.monotonic()
         return False
 
-    def retiring(self, worker: int) -> None:
-        """A worker the master scales away leaves at the group's next version."""
-        if worker in self.coordinator.members():
-            self.coordinator.leave(worker)
+    def ps_lost(self, ps_id: int) -> None:
+        pass  # an allreduce job has no PS
 
-    def overdue_releases(self) -> None:
+    def tick(self) -> None:
         """Release dead members no survivor has recovered from in `RELEASE_AFTER`
-        seconds (under the master's lock): their tasks must not be stuck for good."""
+        seconds: their tasks must not be stuck for good."""
         now = time.monotonic()
         for worker, died in list(self._deferred.items()):
             if now - died > RELEASE_AFTER:
                 log.warning("no recovery from worker %d's end; releasing its tasks", worker)
                 del self._deferred[worker]
-                self._release(worker)
+                self._job.release(worker)
 
-    def status(self) -> dict:
+    def reconcile_needed(self) -> bool:
+        return False
+
+    def reconcile(self, last_epoch: int) -> bool:
+        return True  # the members' reports are the record (see the module docstring)
+
+    def final_checkpoint(self) -> list[int] | None:
+        return []  # the model lives in the replicas; the exported model is the result
+
+    def status_fields(self) -> dict:
         try:
             group = self.coordinator.group()
         except KeyError:
-            return {"version": 0, "members": []}
-        return {"version": group.version, "members": [w for w, _ in group.members]}
+            return {"group": {"version": 0, "members": []}}
+        return {"group": {"version": group.version, "members": [w for w, _ in group.members]}}

@@ -24,15 +24,19 @@ from dataclasses import dataclass, field
 
 from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
 from elasticdl_nb.runtime.master.journal import Journal
-from elasticdl_nb.runtime.master.site import InstanceEvent, InstanceLauncher
-from elasticdl_nb.vocabulary import INSTANCE_ENDED, InstanceState
+from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent, InstanceLauncher
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role
 
 log = logging.getLogger("elasticdl_nb.master")
+
+# Makes the launcher that reports to the given sink (`MasterSite.launcher`, its
+# environment bound): the instance manager makes its launcher with its own `on_event`.
+LauncherFor = Callable[[EventSink], InstanceLauncher]
 
 
 @dataclass
 class Instance:
-    role: str
+    role: Role
     instance_id: int
     state: str = InstanceState.STARTED
     pid: int | None = None
@@ -47,13 +51,25 @@ class InstanceCounts:
     worker_crashes: int = 0
     ps_crashes: int = 0
     preemptions: int = 0
-    relaunches: dict[str, int] = field(default_factory=lambda: {"worker": 0, "ps": 0})
+    relaunches: dict[str, int] = field(default_factory=lambda: {Role.WORKER: 0, Role.PS: 0})
 
 
 class InstanceManager:
+    """The job's workers and PS: which should run, which do, and what each one's end
+    means (the policy in the module docstring). It hears every instance event from the
+    launcher it makes (`launcher_for(self.on_event)`) and tells the master what matters
+    through the callbacks it is given: `on_worker_lost`, `on_ps_lost`, `on_job_failed`.
+
+    Threading: the launcher's threads call `on_event`, the master's threads the rest;
+    everything runs under `lock`, which is the master's own (`JobMaster.lock`): the
+    callbacks take it, and the master calls in here holding it, so two locks would
+    deadlock (seen under load in a fault test). Timers (retiring a worker, pending too
+    long) run on their own threads and take the lock too.
+    """
+
     def __init__(
         self,
-        launcher: InstanceLauncher,
+        launcher_for: LauncherFor,
         journal: Journal,
         *,
         workers: int,
@@ -67,7 +83,6 @@ class InstanceManager:
         pending_timeout: float = 600.0,
         log_tail: Callable[[str, int, int], str] = lambda role, instance_id, lines: "",
     ):
-        self.launcher = launcher
         self.journal = journal
         self.desired_workers = workers
         self.num_ps = ps
@@ -81,14 +96,13 @@ class InstanceManager:
         self.instances: dict[tuple[str, int], Instance] = {}
         self.counts = InstanceCounts()
         self._next_worker_id = 0
-        # The master's own lock: the callbacks above take it, and the master calls in
-        # here holding it, so two locks would deadlock (seen under load in a fault test).
-        self._lock = lock or threading.RLock()
+        self._lock = lock or threading.RLock()  # the master's (see the class docstring)
         self.shutting_down = False
+        self.launcher = launcher_for(self.on_event)  # last: it may report at once
 
     # ------------------------------------------------------------------ queries
 
-    def live(self, role: str) -> list[Instance]:
+    def live(self, role: Role) -> list[Instance]:
         with self._lock:
             return [
                 i
@@ -98,14 +112,14 @@ class InstanceManager:
 
     def active_workers(self) -> list[int]:
         """Workers that are running and not being retired."""
-        return [i.instance_id for i in self.live("worker") if not i.expected_exit]
+        return [i.instance_id for i in self.live(Role.WORKER) if not i.expected_exit]
 
     def takes_work(self, worker_id: int) -> bool:
         """Whether the worker may be given tasks: known, not retiring, and not ended. A
         dead worker's GetTask can still be in the master's hands (sent just before it
         died, waiting for work): a task given to it then would be lost for good."""
         with self._lock:
-            inst = self.instances.get(("worker", worker_id))
+            inst = self.instances.get((Role.WORKER, worker_id))
             return inst is not None and not inst.expected_exit and inst.state not in INSTANCE_ENDED
 
     def table(self) -> list[dict]:
@@ -125,14 +139,16 @@ class InstanceManager:
 
     def start(self) -> None:
         for ps_id in range(self.num_ps):
-            self._launch("ps", ps_id)
+            self._launch(Role.PS, ps_id)
         self.scale(self.desired_workers, reason="job start")
 
     def scale(self, workers: int, reason: str = "requested") -> dict:
         with self._lock:
             before = len(self.active_workers())
             self.desired_workers = workers
-            self.journal.append("scale", workers_from=before, workers_to=workers, reason=reason)
+            self.journal.append(
+                EventKind.SCALE, workers_from=before, workers_to=workers, reason=reason
+            )
             self._converge()
             return {"workers_from": before, "workers_to": workers}
 
@@ -142,7 +158,7 @@ class InstanceManager:
             return
         active = self.active_workers()
         for _ in range(self.desired_workers - len(active)):
-            self._launch("worker", self._take_worker_id())
+            self._launch(Role.WORKER, self._take_worker_id())
         for worker_id in sorted(active, reverse=True)[: max(0, len(active) - self.desired_workers)]:
             self.retire(worker_id)
 
@@ -150,12 +166,14 @@ class InstanceManager:
         """Ask a worker to stop after its current minibatch (it learns so on its next report)
         and kill it if it has not gone in 30 s."""
         with self._lock:
-            inst = self.instances.get(("worker", worker_id))
+            inst = self.instances.get((Role.WORKER, worker_id))
             if inst is None or inst.expected_exit:
                 return
             inst.expected_exit = True
-            self.journal.append("instance", role="worker", id=worker_id, kind="retiring")
-        timer = threading.Timer(30, self.launcher.kill, args=("worker", worker_id, True))
+            self.journal.append(
+                EventKind.INSTANCE, role=Role.WORKER, id=worker_id, kind=InstanceState.RETIRING
+            )
+        timer = threading.Timer(30, self.launcher.kill, args=(Role.WORKER, worker_id, True))
         timer.daemon = True
         timer.start()
 
@@ -164,7 +182,7 @@ class InstanceManager:
         self._next_worker_id += 1
         return worker_id
 
-    def _launch(self, role: str, instance_id: int, replaces: int | None = None) -> None:
+    def _launch(self, role: Role, instance_id: int, replaces: int | None = None) -> None:
         with self._lock:
             self.instances[(role, instance_id)] = Instance(role, instance_id, replaces=replaces)
         self.launcher.launch(role, instance_id)
@@ -178,7 +196,7 @@ class InstanceManager:
             for inst in self.instances.values():
                 inst.expected_exit = True
         deadline = time.monotonic() + drain_seconds
-        while self.live("worker") and time.monotonic() < deadline:
+        while self.live(Role.WORKER) and time.monotonic() < deadline:
             time.sleep(0.05)
         self.launcher.shutdown(grace_seconds)
 
@@ -199,7 +217,7 @@ class InstanceManager:
                 inst.pid = event.pid
             if event.ended:
                 inst.exit_reason = event.reason or event.kind
-            self.journal.append("instance", **event.to_dict(), expected=inst.expected_exit)
+            self.journal.append(EventKind.INSTANCE, **event.to_dict(), expected=inst.expected_exit)
             if not event.ended or self.shutting_down:
                 return
             if event.kind == InstanceState.FAILED and event.exit_code == WRONG_PEER_EXIT:
@@ -208,7 +226,7 @@ class InstanceManager:
                     f"{self._last_lines(inst, 3)}"
                 )
                 return
-            if event.role == "worker":
+            if event.role == Role.WORKER:
                 self._worker_ended(inst, event)
             else:
                 self._ps_ended(inst, event)
@@ -222,14 +240,14 @@ class InstanceManager:
             return  # the worker reported the error; the job fails on that report
         if event.kind == InstanceState.PREEMPTED:
             self.counts.preemptions += 1
-        elif event.kind == InstanceState.OOM and self._more_memory("worker", inst):
+        elif event.kind == InstanceState.OOM and self._more_memory(Role.WORKER, inst):
             pass  # not the worker's fault: it gets more memory, and no crash is counted
         else:
             self.counts.worker_crashes += 1
             if self.counts.worker_crashes > self.max_worker_relaunches:
                 self.journal.append(
-                    "relaunch_refused",
-                    role="worker",
+                    EventKind.RELAUNCH_REFUSED,
+                    role=Role.WORKER,
                     id=inst.instance_id,
                     reason=f"crash budget of {self.max_worker_relaunches} relaunches used up",
                 )
@@ -241,18 +259,22 @@ class InstanceManager:
                     )
                 return
         new_id = self._take_worker_id()
-        self.counts.relaunches["worker"] += 1
+        self.counts.relaunches[Role.WORKER] += 1
         self.journal.append(
-            "relaunch", role="worker", id=new_id, replaces=inst.instance_id, reason=inst.exit_reason
+            EventKind.RELAUNCH,
+            role=Role.WORKER,
+            id=new_id,
+            replaces=inst.instance_id,
+            reason=inst.exit_reason,
         )
-        self._launch("worker", new_id, replaces=inst.instance_id)
+        self._launch(Role.WORKER, new_id, replaces=inst.instance_id)
 
     def _ps_ended(self, inst: Instance, event: InstanceEvent) -> None:
         if inst.expected_exit:
             return
         self._on_ps_lost(inst.instance_id)
         if event.kind == InstanceState.PREEMPTED or (
-            event.kind == InstanceState.OOM and self._more_memory("ps", inst)
+            event.kind == InstanceState.OOM and self._more_memory(Role.PS, inst)
         ):
             pass  # not the PS's fault: no crash is counted
         else:
@@ -263,23 +285,25 @@ class InstanceManager:
                 f"{self.max_ps_relaunches} PS relaunches is used up. {self._last_lines(inst)}"
             )
             return
-        self.counts.relaunches["ps"] += 1
+        self.counts.relaunches[Role.PS] += 1
         self.journal.append(
-            "relaunch",
-            role="ps",
+            EventKind.RELAUNCH,
+            role=Role.PS,
             id=inst.instance_id,
             replaces=inst.instance_id,
             reason=inst.exit_reason,
         )
-        self._launch("ps", inst.instance_id, replaces=inst.instance_id)
+        self._launch(Role.PS, inst.instance_id, replaces=inst.instance_id)
 
     # ------------------------------------------------------------------ helpers
 
-    def _more_memory(self, role: str, inst: Instance) -> bool:
+    def _more_memory(self, role: Role, inst: Instance) -> bool:
         """After an OOM kill: whether the backend gave the role's next instances more memory."""
         grown = self.launcher.grow_memory(role)
         if grown:
-            self.journal.append("memory_raised", role=role, id=inst.instance_id, memory=grown)
+            self.journal.append(
+                EventKind.MEMORY_RAISED, role=role, id=inst.instance_id, memory=grown
+            )
         return bool(grown)
 
     def _last_lines(self, inst: Instance, lines: int = 10) -> str:
@@ -303,13 +327,13 @@ class InstanceManager:
                     return
                 seconds = self.pending_timeout
                 self.journal.append(
-                    "pending_too_long",
+                    EventKind.PENDING_TOO_LONG,
                     role=inst.role,
                     id=inst.instance_id,
                     seconds=seconds,
                     reason=inst.waiting,
                 )
-                if inst.role == "ps":
+                if inst.role == Role.PS:
                     self._on_job_failed(
                         f"PS {inst.instance_id} could not start within {seconds:g} s "
                         f"({inst.waiting}); the job cannot train without it."

@@ -1,12 +1,14 @@
-"""The master's brain: the job's state machine over tasks, instances and the PS.
+"""The master's brain: one job over its tasks, epochs, evaluation rounds and instances.
 
-RPC handlers only record what workers and parameter servers tell it and wake the
-coordinator thread; the coordinator (`_coordinate`) makes every decision that needs a
-round trip to the PS — verifying that every minibatch of an epoch is really applied on
-every shard before the epoch counts as done, and re-queueing what a restored PS lost.
+RPC handlers only record what workers tell it and wake the coordinator thread; the
+coordinator (`_coordinate`) makes every decision that needs a round trip, such as
+checking through the strategy that every minibatch of an epoch is really applied before
+the epoch counts as done. Whatever depends on how gradients are applied (parameter
+servers or allreduce) is the strategy's (`strategy.TrainingStrategy`).
 
-Phases: training -> final evaluation -> export -> final checkpoint -> succeeded.
-A failure report or a spent relaunch budget ends in `failed`; `Stop` in `stopped`.
+Phases (`phases.py`): training -> evaluating -> exporting -> finishing -> succeeded, and
+from finishing back to training when a PS lost work at the very end. A failure report, a
+spent relaunch budget or an error in the master ends the job `failed`; `Stop`, `stopped`.
 """
 
 from __future__ import annotations
@@ -15,67 +17,57 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
 
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.job_dir import JobDir
-from elasticdl_nb.runtime.master.allreduce_group import AllreduceGroup
-from elasticdl_nb.runtime.master.instances import InstanceManager
+from elasticdl_nb.runtime.master.evaluation import Evaluations
+from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
 from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.phases import Phases
+from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING, TaskQueue
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import open_channel
-from elasticdl_nb.runtime.protocol.tensors import to_array
 from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Phase, Role
 
 log = logging.getLogger("elasticdl_nb.master")
 
-RUNNING, SUCCEEDED, FAILED, STOPPED = "running", "succeeded", "failed", "stopped"
-TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED})
-TRAINING_PHASE, FINAL_EVAL, EXPORTING, FINISHING = (
-    "training",
-    "evaluating",
-    "exporting",
-    "finishing",
-)
-
-
-class EvalRound:
-    def __init__(self, step: int, tasks: int, final: bool):
-        self.step, self.tasks_left, self.final = step, tasks, final
-        self.states: dict[str, list[np.ndarray]] = {}
-        self.publishing = False
-
-    def add(self, states: list[pb.MetricState]) -> None:
-        for state in states:
-            values = [to_array(t).astype(np.float64) for t in state.variables]
-            have = self.states.get(state.name)
-            self.states[state.name] = (
-                values if have is None else [a + b for a, b in zip(have, values)]
-            )
-        self.tasks_left -= 1
-
 
 class JobMaster:
+    """One job's master: its task queue, epochs, evaluation rounds, progress, state and
+    phase; its instances (`instances`, the elastic policy) and its training strategy
+    (`strategy`). Made by `assembly.build_master`; `run` drives it on its own thread.
+
+    Threading: `lock`, a re-entrant lock owned here, guards the queue, the job's state,
+    the instance table (the `InstanceManager` is given it) and the strategy's state. Who
+    calls whom:
+    - gRPC threads (`service.MasterService`) call `get_task`, `report`, `scale`, `stop`,
+      `status`, and the strategy's own RPCs;
+    - the launcher's threads call `instances.on_event`, which calls back `worker_lost`,
+      `strategy.ps_lost` and `fail`, under the lock;
+    - the coordinator thread (`run`) calls the strategy's `reconcile` and
+      `final_checkpoint` without holding the lock (they call the PS);
+    - the evaluator thread turns finished evaluation rounds into metrics;
+    - the strategy calls back only through `JobControl` (`release`, `fail`, `end_worker`,
+      `wake`, `work_changed`).
+    """
+
     def __init__(
         self,
         spec: JobSpec,
-        name: str,
         journal: Journal,
         train: list[SourceInfo],
         validation: list[SourceInfo],
-        ps_addrs: list[str],
-        token: str,
         job_dir: Path,
-        load_contract,
+        *,
+        strategy_for: Callable[[JobControl], TrainingStrategy],
+        launcher_for: LauncherFor,
+        load_contract: Callable[[], object],
     ):
-        self.spec, self.name, self.journal = spec, name, journal
-        self.job_dir = job_dir
-        self._load_contract = load_contract  # lazy: the master imports TF only to evaluate
+        self.spec, self.journal, self.job_dir = spec, journal, job_dir
+        self.name = spec.name or Path(job_dir).name
         self.lock = threading.RLock()
         self.queue = TaskQueue(
             train,
@@ -87,31 +79,16 @@ class JobMaster:
         )
         self.validation = validation
         self.records_per_epoch = sum(s.num_records for s in train)
-        # Where each PS serves ("" while it is not up) and a stub for it. Fixed addresses
-        # (a Service per PS) are known now; elsewhere each PS reports the port it bound.
-        self._token = token
-        self.num_ps = spec.parameter_servers
-        self.ps_addresses = list(ps_addrs) or [""] * self.num_ps
-        self.ps: list[rpc.ParameterServerStub | None] = [None] * self.num_ps
-        self._ps_incarnations = [0] * self.num_ps
-        self.instances: InstanceManager | None = None  # set by the process entry point
-        self.state, self.phase, self.error = RUNNING, TRAINING_PHASE, ""
+        self.state, self.error = JobState.RUNNING, ""
+        self.phases = Phases(journal.append)
         self.epoch = -1
         self.loss_points = 0  # training losses reported (a redone minibatch reports again)
         self.started = time.time()
         self.ended: float | None = None
-        self.rounds: dict[int, EvalRound] = {}  # evaluations in progress
-        self._round_counter = 0
-        self.final_eval_started = False
-        self.last_metrics: dict = {}
-        self.ps_seen_version = [0] * self.num_ps
-        self._ps_up = [False] * self.num_ps  # (ever: a later ready is a relaunched PS)
-        self.needs_reconcile = False
         self.export_path = str(JobDir(job_dir).model)
         self._records_window: deque[tuple[float, int]] = deque()
         self._wake = threading.Event()
         self._work = threading.Condition(self.lock)  # notified when tasks may be there
-        self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
         self.finished = threading.Event()
         # Retried calls (see protocol/patience.py): per worker, the task its newest GetTask
         # was given, which GetTask call is the newest, and the newest report counted.
@@ -119,12 +96,31 @@ class JobMaster:
         self._task_asking: dict[int, int] = {}
         self._asks = 0
         self._reports_counted: dict[int, int] = {}
-        self.group: AllreduceGroup | None = None
-        if spec.strategy == "allreduce":
-            self.group = AllreduceGroup(
-                spec.workers, journal.append, self.lock, self.queue, self._release, self.fail,
-                kill=lambda worker: self.instances.launcher.kill("worker", worker, True),
-            )  # fmt: skip
+        self.evaluations = Evaluations(self, load_contract)
+        self.strategy = strategy_for(self)
+        self.instances = InstanceManager(
+            launcher_for,
+            journal,
+            workers=spec.workers,
+            ps=spec.parameter_servers,
+            max_worker_relaunches=spec.max_worker_relaunches,
+            max_ps_relaunches=spec.max_ps_relaunches,
+            on_worker_lost=self.worker_lost,
+            on_ps_lost=self.strategy.ps_lost,
+            on_job_failed=self.fail,
+            lock=self.lock,
+            pending_timeout=spec.pending_timeout,
+            log_tail=JobDir(job_dir).log_tail,
+        )
+
+    @property
+    def phase(self) -> Phase:
+        return self.phases.current
+
+    @property
+    def step(self) -> int:
+        """Minibatches applied so far, each counted once."""
+        return self.queue.done_count
 
     # ================================================================== RPC side
 
@@ -147,29 +143,24 @@ class JobMaster:
             while True:
                 if self._task_asking[worker_id] != ask:  # (its caller reads the newer one)
                     return pb.Task(type=pb.NONE, wait_seconds=0.0)
-                if self.state in TERMINAL:
+                if self.state in MASTER_END_STATES:
                     return pb.Task(type=pb.FINISHED)
                 if not self.instances.takes_work(worker_id):
-                    if self.group is None:
-                        return pb.Task(type=pb.FINISHED)
-                    # An allreduce member leaves at a step boundary the group agrees on:
-                    # it gets no more work, and learns from the group when to go.
-                    self.group.retiring(worker_id)
-                    return pb.Task(type=pb.NONE, wait_seconds=0.5)
+                    return self.strategy.task_for_unwanted(worker_id)
                 task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
                 if task is not None:
                     message = task.to_message()
                     if seq:
                         self._task_given[worker_id] = (seq, message)
                     return message
-                if self.group is None and self.queue.holds(worker_id):
+                if self.strategy.pushes_before_more_work and self.queue.holds(worker_id):
                     # It still holds a task whose last push it sends with its next pull:
                     # no more work now, so it sends that push first (and may end the epoch).
                     return pb.Task(type=pb.NONE, wait_seconds=0.05)
                 self._wake.set()
                 left = deadline - time.monotonic()
-                if left <= 0:  # (an allreduce member's feed asks again at once: it waited)
-                    return pb.Task(type=pb.NONE, wait_seconds=0.0 if self.group else 0.05)
+                if left <= 0:
+                    return pb.Task(type=pb.NONE, wait_seconds=self.strategy.idle_wait_seconds)
                 self._work.wait(left)
 
     def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
@@ -182,9 +173,6 @@ class JobMaster:
                 where = "user code" if r.error_is_user_code else "the worker"
                 self._fail(f"worker {r.worker_id} failed in {where}:\n{r.error}")
                 return pb.ProgressResponse(stop=True)
-            for ps_id, version in enumerate(r.ps_versions):
-                if ps_id < len(self.ps_seen_version):
-                    self.ps_seen_version[ps_id] = max(self.ps_seen_version[ps_id], version)
             fresh = self.queue.report(r.task_id, list(r.batch_starts))
             if fresh:
                 self._count_progress(fresh)
@@ -192,38 +180,27 @@ class JobMaster:
                 first = self.loss_points + 1
                 self.loss_points += len(r.losses)
                 self.journal.append(
-                    "loss",
+                    EventKind.LOSS,
                     worker=r.worker_id,
                     points=[[first + i, round(float(p.loss), 6)] for i, p in enumerate(r.losses)],
                 )
             if r.task_done:
                 self._task_done(r)
-            if r.HasField("settled"):
-                s = r.settled
-                self.journal.append(
-                    "group_settled", version=s.version, step=s.step,
-                    seconds=round(s.seconds, 6), cause=s.cause, worker=r.worker_id,
-                    completed_at=s.completed_at,
-                )  # fmt: skip
+            self.strategy.worker_reported(r)
             self._wake.set()
             return self._progress_response(r.worker_id)
 
     def _progress_response(self, worker_id: int) -> pb.ProgressResponse:
-        stop = self.state in TERMINAL
-        if self.group is None:  # (an allreduce member that retires leaves with the group)
-            stop = stop or not self.instances.takes_work(worker_id)
+        stop = self.state in MASTER_END_STATES or (
+            self.strategy.stops_unwanted_on_report and not self.instances.takes_work(worker_id)
+        )
         return pb.ProgressResponse(stop=stop)
-
-    @property
-    def step(self) -> int:
-        """Minibatches applied so far, each counted once."""
-        return self.queue.done_count
 
     def _count_progress(self, fresh: list[int]) -> None:
         before = self.step - len(fresh)
         every = self.spec.evaluation_steps
         if every and self.validation and before // every != self.step // every:
-            self._start_eval(final=False)
+            self.start_evaluation(final=False)
         self._records_window.append((time.monotonic(), len(fresh) * self.spec.minibatch_size))
 
     def _task_done(self, r: pb.ProgressReport) -> None:
@@ -235,7 +212,7 @@ class JobMaster:
             if r.HasField("timing"):
                 t = r.timing
                 self.journal.append(
-                    "worker_time",
+                    EventKind.WORKER_TIME,
                     worker=r.worker_id,
                     task=r.task_id,
                     minibatches=t.minibatches,
@@ -243,57 +220,39 @@ class JobMaster:
                     compute_s=round(t.compute_seconds, 6),
                     wait_s=round(t.wait_seconds, 6),
                 )
-            self.journal.append("progress", **self._progress())
+            self.journal.append(EventKind.PROGRESS, **self._progress())
         elif task.kind == EVALUATION:
-            eval_round = self.rounds.get(task.eval_round)
-            if eval_round is not None:
-                eval_round.add(r.metric_states)
+            self.evaluations.add(task.eval_round, r.metric_states)
         elif task.kind == EXPORT:
-            self.journal.append("export", path=task.export_path, worker=r.worker_id)
+            self.journal.append(EventKind.EXPORT, path=task.export_path, worker=r.worker_id)
 
-    def ps_ready(self, ps_id: int, restored_version: int, address: str, incarnation: int) -> None:
+    def scale(self, workers: int) -> dict:
+        if workers < 1:
+            raise ValueError("workers must be at least 1; stop the job to end it")
         with self.lock:
-            if incarnation == self._ps_incarnations[ps_id]:
-                return  # a retried report: this PS is counted already
-            self._ps_incarnations[ps_id] = incarnation
-            self.ps_addresses[ps_id] = address
-            self.ps[ps_id] = rpc.ParameterServerStub(
-                open_channel(address, self._token, f"ps-{ps_id}")
-            )
-            if self._ps_up[ps_id]:  # a relaunched PS: what did it lose?
-                lost = max(0, self.ps_seen_version[ps_id] - max(restored_version, 0))
-                self.journal.append(
-                    "ps_restored",
-                    ps=ps_id,
-                    restored_version=restored_version,
-                    newest_seen_version=self.ps_seen_version[ps_id],
-                    updates_rolled_back=lost,
-                )
-                self.ps_seen_version[ps_id] = max(restored_version, 0)
-                self.needs_reconcile = True
-            self._ps_up[ps_id] = True
-            self.journal.append(
-                "instance", role="ps", id=ps_id, kind="running", restored_version=restored_version
-            )
-            self._wake.set()
+            if self.state in MASTER_END_STATES:
+                raise ValueError(f"the job is {self.state}")
+            return self.instances.scale(workers)
 
-    def ps_lost(self, ps_id: int) -> None:
-        """A PS ended: nobody is to call it at its old address until it is back."""
+    def stop(self, reason: str) -> None:
         with self.lock:
-            self.ps_addresses[ps_id] = ""
-            self.ps[ps_id] = None
+            if self.state not in MASTER_END_STATES:
+                self._end(JobState.STOPPED, reason or "stopped on request")
+
+    # ================================================================== JobControl
 
     def worker_lost(self, worker_id: int) -> None:
+        """A worker process ended (the instance manager says so)."""
         with self.lock:
-            if self.group is None or self.group.worker_ended(worker_id):
-                self._release(worker_id)
+            if self.strategy.worker_lost(worker_id):
+                self.release(worker_id)
 
-    def _release(self, worker_id: int) -> None:
+    def release(self, worker_id: int) -> None:
         """Give a lost worker's tasks back: what it had not reported goes to the queue."""
         with self.lock:
             for task, left in self.queue.release_worker(worker_id):
                 self.journal.append(
-                    "requeue",
+                    EventKind.REQUEUE,
                     worker=worker_id,
                     task=task.task_id,
                     kind=pb.TaskType.Name(task.kind).lower(),
@@ -303,33 +262,28 @@ class JobMaster:
             self._work.notify_all()
             self._wake.set()
 
-    def scale(self, workers: int) -> dict:
-        if workers < 1:
-            raise ValueError("workers must be at least 1; stop the job to end it")
-        with self.lock:
-            if self.state in TERMINAL:
-                raise ValueError(f"the job is {self.state}")
-            return self.instances.scale(workers)
-
-    def stop(self, reason: str) -> None:
-        with self.lock:
-            if self.state not in TERMINAL:
-                self._end(STOPPED, reason or "stopped on request")
-
     def fail(self, message: str) -> None:
         with self.lock:
             self._fail(message)
 
-    def _fail(self, message: str) -> None:
-        if self.state not in TERMINAL:
-            self.error = message
-            self._end(FAILED, message)
+    def end_worker(self, worker_id: int) -> None:
+        self.instances.launcher.kill(Role.WORKER, worker_id, True)
 
-    def _end(self, state: str, reason: str) -> None:
+    def wake(self) -> None:
+        self._wake.set()
+
+    def work_changed(self) -> None:
+        self._work.notify_all()  # (the caller holds the lock)
+
+    def _fail(self, message: str) -> None:
+        if self.state not in MASTER_END_STATES:
+            self.error = message
+            self._end(JobState.FAILED, message)
+
+    def _end(self, state: JobState, reason: str) -> None:
         self.state, self.ended = state, time.time()
-        if self.instances:  # no relaunches from here on: the job is over
-            self.instances.shutting_down = True
-        self.journal.append("job_state", state=state, reason=reason, **self._progress())
+        self.instances.shutting_down = True  # no relaunches from here on: the job is over
+        self.journal.append(EventKind.JOB_STATE, state=state, reason=reason, **self._progress())
         self.finished.set()
         self._wake.set()
         self._work.notify_all()
@@ -355,7 +309,6 @@ class JobMaster:
 
     def status(self) -> dict:
         with self.lock:
-            workers = self.instances.active_workers() if self.instances else []
             return {
                 "name": self.name,
                 "state": self.state,
@@ -364,15 +317,15 @@ class JobMaster:
                 "started": self.started,
                 "ended": self.ended,
                 **self._progress(),
-                "workers": len(workers),
-                "desired_workers": self.instances.desired_workers if self.instances else 0,
-                "ps": self.num_ps,
-                "instances": self.instances.table() if self.instances else [],
-                "metrics": self.last_metrics,
+                "workers": len(self.instances.active_workers()),
+                "desired_workers": self.instances.desired_workers,
+                "ps": self.spec.parameter_servers,
+                "instances": self.instances.table(),
+                "metrics": self.evaluations.last_metrics,
                 "strategy": self.spec.strategy,
-                **({"group": self.group.status()} if self.group else {}),
+                **self.strategy.status_fields(),
                 "events": len(self.journal),
-                "model_path": self.export_path if self.phase == FINISHING else "",
+                "model_path": self.export_path if self.phase == Phase.FINISHING else "",
             }
 
     # ================================================================== coordinator
@@ -380,7 +333,9 @@ class JobMaster:
     def run(self) -> None:
         """Drive the job until it ends; runs on its own thread."""
         with self.lock:
-            self.journal.append("job_state", state=RUNNING, reason="started", **self._progress())
+            self.journal.append(
+                EventKind.JOB_STATE, state=JobState.RUNNING, reason="started", **self._progress()
+            )
         while not self.finished.is_set():
             self._wake.wait(0.5)
             self._wake.clear()
@@ -392,162 +347,69 @@ class JobMaster:
 
     def _coordinate(self) -> None:
         with self.lock:
-            if self.state in TERMINAL or not all(self._ps_up):
+            if self.state in MASTER_END_STATES or not self.strategy.ready_to_train():
                 return
-            if self.group:
-                self.group.overdue_releases()
+            self.strategy.tick()
             if self.epoch < 0:
-                self._start_epoch(0)
+                self.start_epoch(0)
                 return
-            reconcile = self.needs_reconcile or (
-                self.phase == TRAINING_PHASE and not self.queue.training_pending()
+            last_epoch = self.epoch
+            reconcile = self.strategy.reconcile_needed() or (
+                self.phase == Phase.TRAINING and not self.queue.training_pending()
             )
-        if reconcile and not self._reconcile():
+        if reconcile and not self.strategy.reconcile(last_epoch):
             return
-        self._finish_evaluations()
+        self.evaluations.publish_finished()
         with self.lock:
-            if self.state in TERMINAL or self.queue.training_pending():
+            if self.state in MASTER_END_STATES or self.queue.training_pending():
                 return
-            if self.phase == TRAINING_PHASE:
+            if self.phase == Phase.TRAINING:
                 if self.spec.evaluation_steps == 0 and self.validation:
-                    self._start_eval(final=self.epoch == self.spec.epochs - 1)
+                    self.start_evaluation(final=self.epoch == self.spec.epochs - 1)
                 if self.epoch + 1 < self.spec.epochs:
-                    self._start_epoch(self.epoch + 1)
+                    self.start_epoch(self.epoch + 1)
                     return
-                self.phase = FINAL_EVAL
-                if self.validation and not self.final_eval_started:
-                    self._start_eval(final=True)
-            if self.phase == FINAL_EVAL:
-                if self.queue.pending(EVALUATION) or self.rounds:
+                self.phases.move(Phase.EVALUATING)
+                if self.validation and not self.evaluations.final_started:
+                    self.start_evaluation(final=True)
+            if self.phase == Phase.EVALUATING:
+                if self.queue.pending(EVALUATION) or self.evaluations.open:
                     return
-                self.phase = EXPORTING
+                self.phases.move(Phase.EXPORTING)
                 self.queue.add_export(self.export_path)
                 self._work.notify_all()
-                self.journal.append("phase", phase=EXPORTING)
                 return
-            if self.phase == EXPORTING and self.queue.pending(EXPORT):
-                return
-            self.phase = FINISHING
-        self._final_checkpoint()
+            if self.phase == Phase.EXPORTING:
+                if self.queue.pending(EXPORT):
+                    return
+                self.phases.move(Phase.FINISHING)
+        self._finish()
 
-    def _start_epoch(self, epoch: int) -> None:
+    def start_epoch(self, epoch: int) -> None:
+        """Queue an epoch's training tasks (the coordinator's step, under the lock)."""
         self.epoch = epoch
         tasks = self.queue.add_epoch(epoch)
         self._work.notify_all()
-        self.journal.append("epoch", epoch=epoch, tasks=tasks)
+        self.journal.append(EventKind.EPOCH, epoch=epoch, tasks=tasks)
 
-    def _start_eval(self, final: bool) -> None:
-        round_id = self._round_counter
-        self._round_counter += 1
-        self.final_eval_started |= final
-        tasks = self.queue.add_evaluation(round_id)
+    def start_evaluation(self, final: bool) -> None:
+        """Queue an evaluation round of the model as it is now (under the lock)."""
+        self.evaluations.start(self.step, final)
         self._work.notify_all()
-        self.rounds[round_id] = EvalRound(self.step, tasks, final)
-        self.journal.append("evaluation_started", round=round_id, step=self.step, tasks=tasks)
 
-    def _finish_evaluations(self) -> None:
-        """Hand finished evaluation rounds to the evaluator thread: turning metric states
-        into values imports TensorFlow the first time (seconds), which must not hold up
-        the coordinator."""
-        with self.lock:
-            for round_id, eval_round in self.rounds.items():
-                if eval_round.tasks_left <= 0 and not eval_round.publishing:
-                    eval_round.publishing = True
-                    self._evaluator.submit(self._publish_evaluation, round_id, eval_round)
-
-    def _publish_evaluation(self, round_id: int, eval_round: EvalRound) -> None:
-        from elasticdl_nb.model.metrics import merged_results
-
-        try:
-            metrics = merged_results(self._load_contract(), eval_round.states)
-        except Exception as exc:  # a metric that cannot be merged ends the job visibly
-            log.exception("evaluation round %d", round_id)
-            self.fail(f"evaluation metrics could not be computed: {exc!r}")
+    def _finish(self) -> None:
+        """The final checkpoint, then `succeeded`; back to training if a PS lost work."""
+        versions = self.strategy.final_checkpoint()
+        if versions is None:  # not now: what was lost is found and redone in training
+            with self.lock:
+                self.phases.move(Phase.TRAINING)
             return
-        with self.lock:
-            self.last_metrics = {"step": eval_round.step, **metrics}
-            self.journal.append(
-                "evaluation",
-                round=round_id,
-                step=eval_round.step,
-                metrics=metrics,
-                final=eval_round.final,
-            )
-            del self.rounds[round_id]
-            self._wake.set()
-
-    def _applied_everywhere(self) -> dict[tuple[int, int], set[int]] | None:
-        """Minibatches applied on every PS shard, or None if a shard did not answer."""
-        common: dict[tuple[int, int], set[int]] | None = None
-        for ps_id, stub in enumerate(list(self.ps)):
-            if stub is None:
-                log.info("PS %d is not up: GetApplied later", ps_id)
-                return None
-            try:
-                reply = stub.GetApplied(pb.AppliedRequest(), timeout=10)
-            except Exception as exc:  # a PS that is down is relaunched; ask again later
-                log.info("PS not answering GetApplied: %s", exc)
-                return None
-            shard = {(e.epoch, e.source): set(e.batch_keys) for e in reply.entries}
-            if common is None:
-                common = shard
-            else:
-                common = {k: v & shard.get(k, set()) for k, v in common.items()}
-        return common or {}
-
-    def _reconcile(self) -> bool:
-        """Compare what the master counts done with what every PS holds, and queue again
-        whatever is missing: for an epoch whose tasks have all ended, every minibatch must
-        be held; for the open epoch, every minibatch reported done (a PS restored from a
-        checkpoint lost the newer ones). Returns False when a PS did not answer."""
-        if not self.num_ps:  # allreduce: the workers' reports are the record (AllreduceGroup)
-            self.needs_reconcile = False
-            return True
-        applied = self._applied_everywhere()
-        if applied is None:
-            return False
-        with self.lock:
-            self.needs_reconcile = False
-            for epoch in range(self.epoch + 1):
-                closed = not self.queue.training_pending(epoch)
-                for source in range(len(self.queue.train)):
-                    held = applied.get((epoch, source), set())
-                    if closed:
-                        missing = self.queue.settle(epoch, source, held)
-                    else:
-                        done = self.queue.done.get((epoch, source), set())
-                        missing = sorted(done - held)
-                        self.queue.requeue_batches(epoch, source, missing, "rolled back")
-                    if missing:
-                        self.journal.append(
-                            "requeue",
-                            reason="not applied on every PS",
-                            epoch=epoch,
-                            source=source,
-                            batches=len(missing),
-                        )
-            self._work.notify_all()
-            return True
-
-    def _final_checkpoint(self) -> None:
-        versions = []
-        for stub in list(self.ps):
-            try:
-                if stub is None:
-                    raise ConnectionError("a PS is not up")
-                versions.append(stub.Checkpoint(pb.Empty(), timeout=60).version)
-            except Exception as exc:
-                log.info("final checkpoint not taken yet: %s", exc)
-                with self.lock:
-                    self.phase = TRAINING_PHASE
-                    self.needs_reconcile = True
-                return
-        if not self._reconcile():
+        if not self.strategy.reconcile(self.epoch):
             return
         with self.lock:
             if self.queue.training_pending():  # a PS lost work at the very end: redo it
-                self.phase = TRAINING_PHASE
+                self.phases.move(Phase.TRAINING)
                 return
             if versions:
-                self.journal.append("checkpoint", versions=versions, final=True)
-            self._end(SUCCEEDED, "all epochs done")
+                self.journal.append(EventKind.CHECKPOINT, versions=versions, final=True)
+            self._end(JobState.SUCCEEDED, "all epochs done")

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from elasticdl_nb.runtime.job_dir import write_json
-from elasticdl_nb.runtime.master.instances import InstanceManager
-from elasticdl_nb.runtime.master.job_master import JobMaster
+from elasticdl_nb.runtime.master.assembly import build_master
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.service import MasterService
 from elasticdl_nb.runtime.master.site import MasterSite
@@ -58,41 +57,20 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         site.job_ended(status)
         raise SystemExit(1) from None
     address = site.bind(server)
-    ps_addrs = site.ps_addrs
-    env = ProcessEnv(token, job_dir, address, tuple(ps_addrs))
+    env = ProcessEnv(token, job_dir, address, tuple(site.ps_addrs))
 
     journal = Journal(files.events)
-    contract_cache: list = []
-
-    def load_contract():
-        if not contract_cache:
-            from elasticdl_nb.model import load_bundle
-
-            contract_cache.append(load_bundle(files.bundle))
-        return contract_cache[0]
-
-    master = JobMaster(
-        spec, name, journal, train, validation, ps_addrs, token, job_dir, load_contract
-    )  # (ps_addrs: fixed ones, else empty: each PS reports where it serves)
-    rpc.add_MasterServicer_to_server(MasterService(master), server)
-    holder: list[InstanceManager] = []
-    launcher = site.launcher(env.to_environ(), lambda ev: holder[0].on_event(ev))
-    instances = InstanceManager(
-        launcher,
+    master = build_master(
+        spec,
+        job_dir,
         journal,
-        workers=spec.workers,
-        ps=spec.parameter_servers,
-        max_worker_relaunches=spec.max_worker_relaunches,
-        max_ps_relaunches=spec.max_ps_relaunches,
-        on_worker_lost=master.worker_lost,
-        on_ps_lost=master.ps_lost,
-        on_job_failed=master.fail,
-        lock=master.lock,
-        pending_timeout=spec.pending_timeout,
-        log_tail=files.log_tail,
+        token=token,
+        train=train,
+        validation=validation,
+        launcher_for=lambda on_event: site.launcher(env.to_environ(), on_event),
+        ps_addrs=site.ps_addrs,  # fixed ones, else empty: each PS reports where it serves
     )
-    holder.append(instances)
-    master.instances = instances
+    rpc.add_MasterServicer_to_server(MasterService(master), server)
 
     server.start()
     write_json(files.master, {"address": address, "pid": os.getpid()})
@@ -102,13 +80,13 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
             sig, lambda signum, _: master.stop(f"master got {signal.Signals(signum).name}")
         )
 
-    instances.start()
+    master.instances.start()
     threading.Thread(target=master.run, name="coordinator", daemon=True).start()
     while not master.finished.wait(0.5):  # a timed wait keeps signal handlers responsive
         pass
 
     log.info("job %s %s; stopping instances", name, master.state)
-    instances.shutdown(grace_seconds=5)
+    master.instances.shutdown(grace_seconds=5)
     status = master.status()
     journal.close()  # event streams deliver what is left and end
     server.stop(grace=2).wait()

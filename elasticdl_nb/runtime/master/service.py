@@ -1,5 +1,9 @@
 """The Master gRPC service: messages in, `JobMaster` calls, messages out.
 
+The calls every job has go to the `JobMaster`; the PS's calls (ReportPsReady,
+GetPsAddresses) and the allreduce group's (JoinGroup, GetGroup, ReportLost) go to the
+job's strategy, and are refused in a job of the other strategy.
+
 A call that cannot be answered as asked is refused with a code that is never transient
 (FAILED_PRECONDITION, ABORTED): UNAVAILABLE and DEADLINE_EXCEEDED mean the transport,
 and callers retry those (protocol/patience.py).
@@ -12,7 +16,9 @@ import json
 import grpc
 
 from elasticdl_nb.runtime.collective.ring import PeerLost
+from elasticdl_nb.runtime.master.allreduce_group import AllreduceGroup
 from elasticdl_nb.runtime.master.job_master import JobMaster
+from elasticdl_nb.runtime.master.ps_strategy import PsStrategy
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 
@@ -27,15 +33,15 @@ class MasterService(rpc.MasterServicer):
     def ReportProgress(self, request, context):
         return self.master.report(request)
 
-    def ReportPsReady(self, request, context):
-        self.master.ps_ready(
-            request.ps_id, request.restored_version, request.address, request.incarnation
-        )
-        return pb.Empty()
+    def Scale(self, request, context):
+        try:
+            return pb.JsonMessage(json=json.dumps(self.master.scale(request.workers)))
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
-    def GetPsAddresses(self, request, context):
-        with self.master.lock:
-            return pb.PsAddresses(addresses=self.master.ps_addresses)
+    def Stop(self, request, context):
+        self.master.stop(request.reason)
+        return pb.JsonMessage(json=json.dumps({"state": self.master.state}))
 
     def StreamEvents(self, request, context):
         for event in self.master.journal.read(
@@ -48,22 +54,30 @@ class MasterService(rpc.MasterServicer):
     def GetStatus(self, request, context):
         return pb.JsonMessage(json=json.dumps(self.master.status()))
 
-    def Scale(self, request, context):
-        try:
-            return pb.JsonMessage(json=json.dumps(self.master.scale(request.workers)))
-        except ValueError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+    # ------------------------------------------------------------------ parameter servers
 
-    def Stop(self, request, context):
-        self.master.stop(request.reason)
-        return pb.JsonMessage(json=json.dumps({"state": self.master.state}))
+    def _ps(self, context) -> PsStrategy:
+        strategy = self.master.strategy
+        if not isinstance(strategy, PsStrategy):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a parameter-server job")
+        return strategy
+
+    def ReportPsReady(self, request, context):
+        self._ps(context).ps_ready(
+            request.ps_id, request.restored_version, request.address, request.incarnation
+        )
+        return pb.Empty()
+
+    def GetPsAddresses(self, request, context):
+        return pb.PsAddresses(addresses=self._ps(context).addresses_now())
 
     # ------------------------------------------------------------------ allreduce group
 
-    def _group(self, context):
-        if self.master.group is None:
+    def _group(self, context) -> AllreduceGroup:
+        strategy = self.master.strategy
+        if not isinstance(strategy, AllreduceGroup):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not an allreduce job")
-        return self.master.group
+        return strategy
 
     def JoinGroup(self, request, context):
         group = self._group(context)

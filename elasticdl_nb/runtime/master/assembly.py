@@ -1,0 +1,82 @@
+"""`build_master`: the one way to put a job's master together, used by the master process
+(`serve.py`), the unit tests and the benchmarks alike.
+
+It picks the training strategy by the spec's name for it (`STRATEGIES`) and hands the
+`JobMaster` the way to make its launcher; the master makes its strategy and its
+`InstanceManager` itself, each given what it calls back:
+
+    MasterService -> JobMaster -> TrainingStrategy        (decisions)
+                     JobMaster -> InstanceManager -> launcher (launch, kill)
+    launcher -> InstanceManager.on_event -> JobMaster.worker_lost / fail, strategy.ps_lost
+    TrainingStrategy -> JobMaster as JobControl (release, fail, end_worker, wake)
+
+One lock, `JobMaster.lock`, is shared by all of them (see `JobMaster`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.job_dir import JobDir
+from elasticdl_nb.runtime.master.allreduce_group import AllreduceGroup
+from elasticdl_nb.runtime.master.instances import LauncherFor
+from elasticdl_nb.runtime.master.job_master import JobMaster
+from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.ps_strategy import PsStrategy
+from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
+from elasticdl_nb.spec import JobSpec
+
+# spec.strategy -> (the job, the spec, fixed PS addresses, token) -> its strategy
+STRATEGIES: dict[str, Callable[[JobControl, JobSpec, list[str], str], TrainingStrategy]] = {
+    "ps": lambda job, spec, ps_addrs, token: PsStrategy(
+        job, spec.parameter_servers, ps_addrs, token
+    ),
+    "allreduce": lambda job, spec, ps_addrs, token: AllreduceGroup(job, spec.workers),
+}
+
+
+def build_master(
+    spec: JobSpec,
+    job_dir: Path,
+    journal: Journal,
+    *,
+    token: str,
+    train: list[SourceInfo],
+    validation: list[SourceInfo],
+    launcher_for: LauncherFor,
+    ps_addrs: list[str] | None = None,
+    load_contract: Callable[[], object] | None = None,
+) -> JobMaster:
+    """The master of the job `spec` whose directory is `job_dir`, journaling to `journal`.
+
+    `launcher_for(on_event)` makes the launcher of its instances (the site's, with the
+    process environment bound). `ps_addrs` are the PS addresses when they are fixed before
+    any PS starts (else each PS reports where it serves). `load_contract` gives the
+    model's contract for merging evaluation metrics; by default the job's bundle is
+    loaded on first use. Nothing is started: `master.instances.start()` launches the
+    instances and `master.run()` drives the job."""
+    make_strategy = STRATEGIES[spec.strategy]
+    fixed = list(ps_addrs or [])
+    return JobMaster(
+        spec,
+        journal,
+        train,
+        validation,
+        job_dir,
+        strategy_for=lambda job: make_strategy(job, spec, fixed, token),
+        launcher_for=launcher_for,
+        load_contract=load_contract or _bundle_loader(job_dir),
+    )
+
+
+def _bundle_loader(job_dir: Path) -> Callable[[], object]:
+    @functools.cache
+    def load():
+        from elasticdl_nb.model import load_bundle  # (imports TensorFlow: only if needed)
+
+        return load_bundle(JobDir(job_dir).bundle)
+
+    return load

@@ -1,0 +1,106 @@
+"""Evaluation rounds: the validation data cut into tasks, the workers' metric states
+summed per round, and the merged metrics journaled once every task of a round is in.
+
+Merging metric states into values needs the model's metric objects, which imports
+TensorFlow the first time (seconds): that runs on an evaluator thread of its own, so
+the coordinator is never held up by it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from elasticdl_nb.runtime.master.strategy import JobControl
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol.tensors import to_array
+from elasticdl_nb.vocabulary import EventKind
+
+log = logging.getLogger("elasticdl_nb.master")
+
+
+class EvalRound:
+    """One evaluation of the model as it was at `step`: its metric states, summed."""
+
+    def __init__(self, step: int, tasks: int, final: bool):
+        self.step, self.tasks_left, self.final = step, tasks, final
+        self.states: dict[str, list[np.ndarray]] = {}
+        self.publishing = False
+
+    def add(self, states: list[pb.MetricState]) -> None:
+        for state in states:
+            values = [to_array(t).astype(np.float64) for t in state.variables]
+            have = self.states.get(state.name)
+            self.states[state.name] = (
+                values if have is None else [a + b for a, b in zip(have, values)]
+            )
+        self.tasks_left -= 1
+
+
+class Evaluations:
+    """The job's evaluation rounds in progress and the newest metrics. Guarded by the
+    master's lock (`job.lock`); publishing runs on the evaluator thread."""
+
+    def __init__(self, job: JobControl, load_contract: Callable[[], object]):
+        self._job = job
+        self._load_contract = load_contract  # lazy: the master imports TF only to evaluate
+        self.rounds: dict[int, EvalRound] = {}  # evaluations in progress
+        self._counter = 0
+        self.final_started = False
+        self.last_metrics: dict = {}
+        self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
+
+    @property
+    def open(self) -> bool:
+        """Whether a round has not been published yet."""
+        return bool(self.rounds)
+
+    def start(self, step: int, final: bool) -> None:
+        """Queue a round's tasks at the front of the queue (under the lock)."""
+        round_id = self._counter
+        self._counter += 1
+        self.final_started |= final
+        tasks = self._job.queue.add_evaluation(round_id)
+        self.rounds[round_id] = EvalRound(step, tasks, final)
+        self._job.journal.append(
+            EventKind.EVALUATION_STARTED, round=round_id, step=step, tasks=tasks
+        )
+
+    def add(self, round_id: int, states: list[pb.MetricState]) -> None:
+        """An evaluation task's metric states (under the lock)."""
+        eval_round = self.rounds.get(round_id)
+        if eval_round is not None:
+            eval_round.add(states)
+
+    def publish_finished(self) -> None:
+        """Hand finished rounds to the evaluator thread."""
+        with self._job.lock:
+            for round_id, eval_round in self.rounds.items():
+                if eval_round.tasks_left <= 0 and not eval_round.publishing:
+                    eval_round.publishing = True
+                    self._evaluator.submit(self._publish, round_id, eval_round)
+
+    def _publish(self, round_id: int, eval_round: EvalRound) -> None:
+        from elasticdl_nb.model.metrics import merged_results
+
+        job = self._job
+        try:
+            metrics = merged_results(self._load_contract(), eval_round.states)
+        except Exception as exc:  # a metric that cannot be merged ends the job visibly
+            log.exception("evaluation round %d", round_id)
+            job.fail(f"evaluation metrics could not be computed: {exc!r}")
+            return
+        with job.lock:
+            self.last_metrics = {"step": eval_round.step, **metrics}
+            job.journal.append(
+                EventKind.EVALUATION,
+                round=round_id,
+                step=eval_round.step,
+                metrics=metrics,
+                final=eval_round.final,
+            )
+            del self.rounds[round_id]
+            job.wake()

@@ -1,0 +1,181 @@
+"""The master's part in a parameter-server job: where each PS serves, what it lost when
+it came back from a checkpoint, and whether every minibatch is really applied.
+
+The PS are the record of what was applied. A worker reports a minibatch once every PS
+accepted its gradients, but a PS that dies and restores its newest checkpoint loses the
+updates after it. So before an epoch counts as done the master asks every PS which
+minibatches it holds (`GetApplied`) and queues again whatever one of them is missing;
+the same happens for the open epoch whenever a relaunched PS reports ready. Since a PS
+drops a minibatch it already applied, work done twice is applied once.
+
+Each PS reports where it serves (`ps_ready`) and is numbered by its incarnation, so a
+retried report is not taken for a relaunch. While a PS is down the master gives no
+address for it (`ps_lost`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from elasticdl_nb.runtime.master.strategy import JobControl
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.vocabulary import EventKind, InstanceState, Role
+
+log = logging.getLogger("elasticdl_nb.master")
+
+
+class PsStrategy:
+    """`TrainingStrategy` with parameter servers. Its state is guarded by the master's
+    lock; `reconcile` and `final_checkpoint` call the PS outside it."""
+
+    pushes_before_more_work = True
+    idle_wait_seconds = 0.05
+    stops_unwanted_on_report = True
+
+    def __init__(self, job: JobControl, num_ps: int, fixed_addresses: list[str], token: str):
+        self._job, self._token = job, token
+        # Where each PS serves ("" while it is not up) and a stub for it. Fixed addresses
+        # (a Service per PS) are known now; elsewhere each PS reports the port it bound.
+        self.addresses = list(fixed_addresses) or [""] * num_ps
+        self.stubs: list[rpc.ParameterServerStub | None] = [None] * num_ps
+        self._incarnations = [0] * num_ps
+        self._seen_version = [0] * num_ps  # the newest version any worker saw, per PS
+        self._up = [False] * num_ps  # (ever: a later ready is a relaunched PS)
+        self._needs_reconcile = False
+
+    # ------------------------------------------------------------------ the PS's RPCs
+
+    def ps_ready(self, ps_id: int, restored_version: int, address: str, incarnation: int) -> None:
+        """A PS serves at `address`, restored from `restored_version` (-1: none)."""
+        job = self._job
+        with job.lock:
+            if incarnation == self._incarnations[ps_id]:
+                return  # a retried report: this PS is counted already
+            self._incarnations[ps_id] = incarnation
+            self.addresses[ps_id] = address
+            self.stubs[ps_id] = rpc.ParameterServerStub(
+                open_channel(address, self._token, f"ps-{ps_id}")
+            )
+            if self._up[ps_id]:  # a relaunched PS: what did it lose?
+                lost = max(0, self._seen_version[ps_id] - max(restored_version, 0))
+                job.journal.append(
+                    EventKind.PS_RESTORED,
+                    ps=ps_id,
+                    restored_version=restored_version,
+                    newest_seen_version=self._seen_version[ps_id],
+                    updates_rolled_back=lost,
+                )
+                self._seen_version[ps_id] = max(restored_version, 0)
+                self._needs_reconcile = True
+            self._up[ps_id] = True
+            job.journal.append(
+                EventKind.INSTANCE,
+                role=Role.PS,
+                id=ps_id,
+                kind=InstanceState.RUNNING,
+                restored_version=restored_version,
+            )
+            job.wake()
+
+    def addresses_now(self) -> list[str]:
+        with self._job.lock:
+            return list(self.addresses)
+
+    # ------------------------------------------------------------------ TrainingStrategy
+
+    def ready_to_train(self) -> bool:
+        return all(self._up)
+
+    def task_for_unwanted(self, worker_id: int) -> pb.Task:
+        return pb.Task(type=pb.FINISHED)
+
+    def worker_reported(self, report: pb.ProgressReport) -> None:
+        for ps_id, version in enumerate(report.ps_versions):
+            if ps_id < len(self._seen_version):
+                self._seen_version[ps_id] = max(self._seen_version[ps_id], version)
+
+    def worker_lost(self, worker_id: int) -> bool:
+        return True  # what it reported is on every PS; the rest goes back at once
+
+    def ps_lost(self, ps_id: int) -> None:
+        """Nobody is to call the PS at its old address until it is back."""
+        with self._job.lock:
+            self.addresses[ps_id] = ""
+            self.stubs[ps_id] = None
+
+    def tick(self) -> None:
+        pass
+
+    def reconcile_needed(self) -> bool:
+        return self._needs_reconcile
+
+    def reconcile(self, last_epoch: int) -> bool:
+        """Compare what the master counts done with what every PS holds, and queue again
+        whatever is missing: for an epoch whose tasks have all ended, every minibatch must
+        be held; for the open epoch, every minibatch reported done (a PS restored from a
+        checkpoint lost the newer ones)."""
+        applied = self._applied_everywhere()
+        if applied is None:
+            return False
+        job = self._job
+        queue = job.queue
+        with job.lock:
+            self._needs_reconcile = False
+            for epoch in range(last_epoch + 1):
+                closed = not queue.training_pending(epoch)
+                for source in range(len(queue.train)):
+                    held = applied.get((epoch, source), set())
+                    if closed:
+                        missing = queue.settle(epoch, source, held)
+                    else:
+                        done = queue.done.get((epoch, source), set())
+                        missing = sorted(done - held)
+                        queue.requeue_batches(epoch, source, missing, "rolled back")
+                    if missing:
+                        job.journal.append(
+                            EventKind.REQUEUE,
+                            reason="not applied on every PS",
+                            epoch=epoch,
+                            source=source,
+                            batches=len(missing),
+                        )
+            job.work_changed()
+            return True
+
+    def _applied_everywhere(self) -> dict[tuple[int, int], set[int]] | None:
+        """Minibatches applied on every PS shard, or None if a shard did not answer."""
+        common: dict[tuple[int, int], set[int]] | None = None
+        for ps_id, stub in enumerate(list(self.stubs)):
+            if stub is None:
+                log.info("PS %d is not up: GetApplied later", ps_id)
+                return None
+            try:
+                reply = stub.GetApplied(pb.AppliedRequest(), timeout=10)
+            except Exception as exc:  # a PS that is down is relaunched; ask again later
+                log.info("PS not answering GetApplied: %s", exc)
+                return None
+            shard = {(e.epoch, e.source): set(e.batch_keys) for e in reply.entries}
+            if common is None:
+                common = shard
+            else:
+                common = {k: v & shard.get(k, set()) for k, v in common.items()}
+        return common or {}
+
+    def final_checkpoint(self) -> list[int] | None:
+        versions = []
+        for stub in list(self.stubs):
+            try:
+                if stub is None:
+                    raise ConnectionError("a PS is not up")
+                versions.append(stub.Checkpoint(pb.Empty(), timeout=60).version)
+            except Exception as exc:
+                log.info("final checkpoint not taken yet: %s", exc)
+                with self._job.lock:
+                    self._needs_reconcile = True
+                return None
+        return versions
+
+    def status_fields(self) -> dict:
+        return {}
