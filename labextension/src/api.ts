@@ -1,10 +1,13 @@
 /**
  * The client of the server extension's job API (elasticdl_nb/server/):
  *
- *     GET    {base}elasticdl/api/jobs[?namespace=NS]    the jobs
- *     PATCH  {base}elasticdl/api/jobs/{name}           {"workers": N}: scale
- *     DELETE {base}elasticdl/api/jobs/{name}           stop
- *     GET    {base}elasticdl/api/jobs/{name}/logs      ?role=&index=&tail=
+ *     GET    {base}elasticdl/api/jobs               the jobs, and which states are final
+ *     PATCH  {base}elasticdl/api/jobs/{name}        {"workers": N}: scale
+ *     DELETE {base}elasticdl/api/jobs/{name}        stop
+ *     GET    {base}elasticdl/api/jobs/{name}/logs   ?role=&index=&tail=
+ *
+ * Each takes `?namespace=NS`: the list then also holds the Kubernetes jobs there that
+ * other notebooks started (`remote`), and a per-job call finds such a job by its labels.
  *
  * Requests go through JupyterLab's `ServerConnection`, which adds the user's
  * credentials and the XSRF token the state-changing calls need.
@@ -22,15 +25,6 @@ export type JobState =
   | 'lost'
   | 'ended'
   | string;
-
-/** States after which nothing about the job changes any more. */
-export const FINAL_STATES: ReadonlySet<string> = new Set([
-  'succeeded',
-  'failed',
-  'stopped',
-  'lost',
-  'ended'
-]);
 
 /** How far the training has got. */
 export interface IJobProgress {
@@ -51,7 +45,7 @@ export interface IJobSummary {
   error?: string;
   /** What the job is waiting for (pending pods, a slow start), if anything. */
   waiting?: string;
-  /** When the job was created, in Unix seconds. */
+  /** When the job was created, in Unix seconds (in the list; a stop's answer has none). */
   created?: number;
   progress?: IJobProgress;
   workers?: { live: number; desired: number };
@@ -59,6 +53,13 @@ export interface IJobSummary {
   metrics?: Record<string, number>;
   /** A Kubernetes job that only the namespace knows (another notebook started it). */
   remote?: boolean;
+}
+
+/** The answer to a list request. */
+export interface IJobList {
+  jobs: IJobSummary[];
+  /** The states after which nothing about a job changes any more (the server's vocabulary). */
+  final_states: JobState[];
 }
 
 /** The answer to a scale request. */
@@ -102,32 +103,46 @@ export class JobsClient {
     private readonly serverSettings: ServerConnection.ISettings = ServerConnection.makeSettings()
   ) {}
 
-  /** Every job this machine knows, plus those of `namespace` when given. */
-  async listJobs(namespace = ''): Promise<IJobSummary[]> {
-    const query = namespace
-      ? `?namespace=${encodeURIComponent(namespace)}`
-      : '';
-    const reply = await this.request<{ jobs: IJobSummary[] }>('', query);
-    return reply.jobs;
+  /**
+   * Every job this machine knows, plus those of `namespace` when given, and the
+   * states that are final.
+   */
+  listJobs(namespace = ''): Promise<IJobList> {
+    return this.request<IJobList>('', queryString({ namespace }));
   }
 
-  /** Ask for `workers` workers; the job adds or removes them over the next seconds. */
-  scale(name: string, workers: number): Promise<IScaleResult> {
-    return this.request<IScaleResult>(jobPath(name), '', {
-      method: 'PATCH',
-      body: JSON.stringify({ workers })
-    });
+  /**
+   * Ask for `workers` workers; the job adds or removes them over the next seconds.
+   * `namespace`: where a job another notebook started is (see `IJobSummary.remote`).
+   */
+  scale(name: string, workers: number, namespace = ''): Promise<IScaleResult> {
+    return this.request<IScaleResult>(
+      jobPath(name),
+      queryString({ namespace }),
+      {
+        method: 'PATCH',
+        body: JSON.stringify({ workers })
+      }
+    );
   }
 
-  /** Stop the job; resolves with its summary once it has stopped. */
-  stop(name: string): Promise<IJobSummary> {
-    return this.request<IJobSummary>(jobPath(name), '', { method: 'DELETE' });
+  /** Stop the job; resolves with its summary (without `created`) once it has stopped. */
+  stop(name: string, namespace = ''): Promise<IJobSummary> {
+    return this.request<IJobSummary>(
+      jobPath(name),
+      queryString({ namespace }),
+      {
+        method: 'DELETE'
+      }
+    );
   }
 
   /** The last `tail` lines of one process's log. */
   logs(name: string, role: LogRole, index = 0, tail = 200): Promise<ILogs> {
-    const query = `?role=${role}&index=${index}&tail=${tail}`;
-    return this.request<ILogs>(`${jobPath(name)}/logs`, query);
+    return this.request<ILogs>(
+      `${jobPath(name)}/logs`,
+      queryString({ role, index: String(index), tail: String(tail) })
+    );
   }
 
   private async request<T>(
@@ -171,6 +186,12 @@ export class JobsClient {
     }
     return body as T;
   }
+}
+
+/** `?a=1&b=2` of the arguments that are not empty ('' for none). */
+function queryString(args: Record<string, string>): string {
+  const given = Object.entries(args).filter(([, value]) => value !== '');
+  return given.length ? `?${new URLSearchParams(given).toString()}` : '';
 }
 
 /** The API path of one job (names are lowercase letters, digits and '-'). */

@@ -67,7 +67,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const actions: IJobActions = {
       scale: async (job, workers) => {
         try {
-          const result = await client.scale(job.name, workers);
+          const result = await client.scale(
+            job.name,
+            workers,
+            namespaceOf(job)
+          );
           Notification.info(
             `${job.name}: ${result.workers_from} → ${result.workers_to} workers`,
             { autoClose: 3000 }
@@ -92,8 +96,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         try {
-          const summary = await client.stop(job.name);
-          panel.row(job.name)?.update(summary);
+          const summary = await client.stop(job.name, namespaceOf(job));
+          panel.row(job.name)?.update({ ...job, ...summary }); // the list's `created` stays
         } catch (error) {
           notifyFailure(`Could not stop ${job.name}`, error);
         }

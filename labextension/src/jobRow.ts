@@ -13,7 +13,7 @@
  *       button[data-action=scale-down|scale-up|scale-apply|logs|attach|stop]
  *       input.edl-workers-input
  */
-import { FINAL_STATES, IJobSummary } from './api';
+import { IJobSummary, JobState } from './api';
 
 /** What the row's buttons do; the panel provides it. */
 export interface IJobActions {
@@ -31,9 +31,14 @@ export class JobRow {
   /** The row's element, an `li.edl-job`. */
   readonly node: HTMLLIElement;
 
+  /**
+   * @param isFinal - whether nothing about a job in a state changes any more, as the
+   *   API says (its list's `final_states`): such a job's controls are disabled.
+   */
   constructor(
     job: IJobSummary,
-    private readonly actions: IJobActions
+    private readonly actions: IJobActions,
+    private readonly isFinal: (state: JobState) => boolean
   ) {
     this._job = job;
     this.node = element('li', 'edl-job');
@@ -205,7 +210,7 @@ export class JobRow {
   /** Enable what makes sense for the job's state; remote jobs can only be attached. */
   private _refreshControls(): void {
     const job = this._job;
-    const active = !FINAL_STATES.has(job.state) && !job.remote;
+    const active = !this.isFinal(job.state) && !job.remote;
     const desired = job.workers?.desired ?? 0;
     const target = this._currentTarget();
     this._scaleGroup.hidden = !!job.remote;

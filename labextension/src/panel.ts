@@ -10,7 +10,14 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, IJobSummary, JobsClient, UnreachableError } from './api';
+import {
+  ApiError,
+  IJobList,
+  IJobSummary,
+  JobState,
+  JobsClient,
+  UnreachableError
+} from './api';
 import { elasticdlIcon } from './icon';
 import { IJobActions, JobRow } from './jobRow';
 import { Ticker } from './ticker';
@@ -88,15 +95,21 @@ export class JobsPanel extends Widget {
 
   /** Fetch the list now and show it; rejects when the server could not be asked. */
   async refresh(): Promise<void> {
-    let jobs: IJobSummary[];
+    let list: IJobList;
     try {
-      jobs = await this._client.listJobs(this._namespace);
+      list = await this._client.listJobs(this._namespace);
     } catch (error) {
       this._showProblem(error as Error);
       throw error; // the ticker backs off
     }
     this._showProblem(null);
-    this._render(jobs);
+    this._finalStates = new Set(list.final_states);
+    this._render(list.jobs);
+  }
+
+  /** Whether nothing about a job in `state` changes any more, as the API last said. */
+  isFinal(state: JobState): boolean {
+    return this._finalStates.has(state);
   }
 
   /** Refresh soon (after an action changed a job). */
@@ -140,7 +153,7 @@ export class JobsPanel extends Widget {
       if (row) {
         row.update(job, now);
       } else {
-        row = new JobRow(job, this._actions);
+        row = new JobRow(job, this._actions, state => this.isFinal(state));
         this._rows.set(job.name, row);
       }
       if (this._list.children[index] !== row.node) {
@@ -177,6 +190,8 @@ export class JobsPanel extends Widget {
   private readonly _client: JobsClient;
   private readonly _actions: IJobActions;
   private _namespace: string;
+  /** Empty until the first list arrives (and with it the first rows). */
+  private _finalStates: ReadonlySet<JobState> = new Set();
   private readonly _ticker: Ticker;
   private readonly _rows = new Map<string, JobRow>();
   private readonly _status: HTMLDivElement;
