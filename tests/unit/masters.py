@@ -29,13 +29,22 @@ class RecordingLauncher:
         pass
 
 
-def started_master(job_dir: Path, workers: int = 2, ps: int = 1, records: int = 40) -> JobMaster:
+def started_master(
+    job_dir: Path,
+    workers: int = 2,
+    ps: int = 1,
+    records: int = 40,
+    validation_records: int = 20,
+    **options,
+) -> JobMaster:
     """A master whose instances have all started (minibatches of 10, one per task), built
-    by the master process's own factory; its coordinator is not running, so a test takes
-    its steps (`start_epoch`, `start_evaluation`) itself."""
+    by the master process's own factory. Its coordinator is not running: a test takes
+    its steps (`start_epoch`, `start_evaluation`) itself, or runs `master.run`. `options`
+    are more JobSpec options (`strategy`, `epochs`, ...)."""
     spec = JobSpec.from_options(
-        data=["x"], workers=workers, ps=ps, minibatch_size=10, minibatches_per_task=1
+        data=["x"], workers=workers, ps=ps, minibatch_size=10, minibatches_per_task=1, **options
     )
+    validation = [SourceInfo("validation", "npy", validation_records)] if validation_records else []
     launcher = RecordingLauncher()
     master = build_master(
         spec,
@@ -43,7 +52,7 @@ def started_master(job_dir: Path, workers: int = 2, ps: int = 1, records: int = 
         Journal(),
         token="t",
         train=[SourceInfo("train", "npy", records)],
-        validation=[SourceInfo("validation", "npy", 20)],
+        validation=validation,
         launcher_for=lambda on_event: launcher,
     )
     master.instances.start()

@@ -1,0 +1,88 @@
+"""The master's phases change only through its transitions table (runtime/master/phases.py):
+every change is journaled with the phase it left, the one way back (finishing ->
+training, when a PS lost work at the very end) is allowed, and any other move is a bug
+that raises naming the moves so far."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.phases import TRANSITIONS, IllegalPhaseChange, Phases
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.vocabulary import EventKind, JobState, Phase
+from tests.unit.masters import started_master
+
+
+def phase_events(journal: Journal) -> list[tuple[str, str]]:
+    return [
+        (e.data["previous"], e.data["phase"])
+        for e in journal.read(0, follow=False)
+        if e.kind == EventKind.PHASE
+    ]
+
+
+def test_every_phase_can_be_reached_and_left():
+    assert set(TRANSITIONS) == set(Phase)
+    assert all(TRANSITIONS[p] for p in Phase)
+
+
+def test_the_way_back_from_finishing_to_training_is_allowed_and_journaled():
+    journal = Journal()
+    phases = Phases(journal.append)
+    order = [Phase.EVALUATING, Phase.EXPORTING, Phase.FINISHING, Phase.TRAINING]
+    for phase in order:
+        phases.move(phase)
+    assert phases.current == Phase.TRAINING
+    assert phase_events(journal) == [
+        ("training", "evaluating"),
+        ("evaluating", "exporting"),
+        ("exporting", "finishing"),
+        ("finishing", "training"),
+    ]
+
+
+def test_an_illegal_move_raises_naming_the_history_and_changes_nothing():
+    journal = Journal()
+    phases = Phases(journal.append)
+    phases.move(Phase.EVALUATING)
+    with pytest.raises(IllegalPhaseChange) as raised:
+        phases.move(Phase.FINISHING)
+    message = str(raised.value)
+    assert "from evaluating to finishing" in message
+    assert "phases so far: training -> evaluating" in message
+    assert phases.current == Phase.EVALUATING and len(phase_events(journal)) == 1
+
+
+def test_a_job_journals_each_phase_it_passes_through_on_its_way_to_success(tmp_path):
+    # Allreduce: no PS to ask, so the coordinator runs the whole job on its own thread.
+    master = started_master(
+        tmp_path, workers=1, validation_records=0, strategy="allreduce", epochs=2
+    )
+    threading.Thread(target=master.run, daemon=True).start()
+    deadline = time.monotonic() + 20
+    task = master.get_task(0, wait_seconds=5)
+    while task.type != pb.FINISHED and time.monotonic() < deadline:
+        if task.type in (pb.TRAINING, pb.EXPORT):
+            starts = [task.range.start] if task.type == pb.TRAINING else []
+            master.report(
+                pb.ProgressReport(
+                    worker_id=0, task_id=task.task_id, batch_starts=starts, task_done=True
+                )
+            )
+        task = master.get_task(0, wait_seconds=1)
+    assert master.state == JobState.SUCCEEDED
+    assert phase_events(master.journal) == [
+        ("training", "evaluating"),
+        ("evaluating", "exporting"),
+        ("exporting", "finishing"),
+    ]
+    assert master.phases.history == [
+        Phase.TRAINING,
+        Phase.EVALUATING,
+        Phase.EXPORTING,
+        Phase.FINISHING,
+    ]
