@@ -59,11 +59,11 @@ def test_a_progress_report_retried_with_the_same_number_is_counted_once(tmp_path
     for _ in range(3):  # sent, and twice more as if each reply had been lost
         assert not master.report(report).stop
     losses = [e for e in master.journal.read(0, follow=False) if e.kind == "loss"]
-    assert len(losses) == 1 and master.loss_points == 1
+    assert len(losses) == 1 and master.progress.loss_points == 1
     assert master.step == 1
     report.seq, report.batch_starts[:] = 2, []
     master.report(report)
-    assert master.loss_points == 2  # a new number is a new report
+    assert master.progress.loss_points == 2  # a new number is a new report
 
 
 def test_the_ps_addresses_follow_each_ps_and_a_retried_ready_is_no_relaunch(tmp_path):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from elasticdl_nb.runtime.master.evaluation import Evaluations
 from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.phases import Phases
+from elasticdl_nb.runtime.master.progress import Progress
 from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING, TaskQueue
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -78,15 +78,13 @@ class JobMaster:
             spec.seed,
         )
         self.validation = validation
-        self.records_per_epoch = sum(s.num_records for s in train)
+        self.progress = Progress(self.queue, spec.epochs, spec.minibatch_size)
         self.state, self.error = JobState.RUNNING, ""
         self.phases = Phases(journal.append)
         self.epoch = -1
-        self.loss_points = 0  # training losses reported (a redone minibatch reports again)
         self.started = time.time()
         self.ended: float | None = None
         self.export_path = str(JobDir(job_dir).model)
-        self._records_window: deque[tuple[float, int]] = deque()
         self._wake = threading.Event()
         self._work = threading.Condition(self.lock)  # notified when tasks may be there
         self.finished = threading.Event()
@@ -177,8 +175,7 @@ class JobMaster:
             if fresh:
                 self._count_progress(fresh)
             if r.losses:
-                first = self.loss_points + 1
-                self.loss_points += len(r.losses)
+                first = self.progress.number_losses(len(r.losses))
                 self.journal.append(
                     EventKind.LOSS,
                     worker=r.worker_id,
@@ -201,7 +198,7 @@ class JobMaster:
         every = self.spec.evaluation_steps
         if every and self.validation and before // every != self.step // every:
             self.start_evaluation(final=False)
-        self._records_window.append((time.monotonic(), len(fresh) * self.spec.minibatch_size))
+        self.progress.applied(len(fresh))
 
     def _task_done(self, r: pb.ProgressReport) -> None:
         assignment = self.queue.finish(r.task_id)
@@ -291,21 +288,7 @@ class JobMaster:
     # ================================================================== status
 
     def _progress(self) -> dict:
-        now = time.monotonic()
-        while self._records_window and now - self._records_window[0][0] > 10:
-            self._records_window.popleft()
-        window = self._records_window
-        span = now - window[0][0] if len(window) > 1 else 0
-        rate = sum(n for _, n in list(window)[1:]) / span if span > 0 else 0.0
-        epoch = max(self.epoch, 0)
-        return {
-            "epoch": epoch,
-            "epochs": self.spec.epochs,
-            "step": self.step,
-            "records_done": self.queue.records_done(epoch),
-            "records_per_epoch": self.records_per_epoch,
-            "records_per_second": round(rate, 1),
-        }
+        return self.progress.fields(self.epoch)
 
     def status(self) -> dict:
         with self.lock:

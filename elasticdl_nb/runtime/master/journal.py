@@ -37,6 +37,16 @@ class Event:
 
 
 class Journal:
+    """The job's events in order, numbered from 0: appended by the master, read by any
+    number of followers (`StreamEvents`, in-process tests), and written line by line to
+    `events.jsonl` when given a path.
+
+    Threading: any thread may append and read. One condition guards the list and the
+    file, so an event's number is its place in both; a follower waits on it for new
+    events and never holds it while it yields. Events are never dropped or changed:
+    memory grows with the job (a loss point is a few dozen bytes).
+    """
+
     def __init__(self, path: Path | None = None):
         self._events: list[Event] = []
         self._changed = threading.Condition()
@@ -44,6 +54,7 @@ class Journal:
         self._file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
 
     def append(self, kind: str, /, **data: Any) -> Event:
+        """Add an event of `kind` (a `vocabulary.EventKind`) with `data` (JSON-able)."""
         with self._changed:
             event = Event(len(self._events), time.time(), kind, data)
             self._events.append(event)

@@ -1,0 +1,49 @@
+"""How far a job is: the fields of `progress` and `job_state` events and of the status,
+the numbering of reported losses, and the training throughput of the last 10 seconds."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from elasticdl_nb.runtime.master.tasks import TaskQueue
+
+WINDOW_SECONDS = 10.0
+
+
+class Progress:
+    """Guarded by the master's lock, like the queue it reads."""
+
+    def __init__(self, queue: TaskQueue, epochs: int, minibatch_size: int):
+        self._queue, self._epochs, self._batch = queue, epochs, minibatch_size
+        self.records_per_epoch = sum(s.num_records for s in queue.train)
+        self.loss_points = 0  # training losses reported (a redone minibatch reports again)
+        self._window: deque[tuple[float, int]] = deque()  # (when, records) applied
+
+    def applied(self, minibatches: int) -> None:
+        """Minibatches newly counted done: they make the throughput."""
+        self._window.append((time.monotonic(), minibatches * self._batch))
+
+    def number_losses(self, count: int) -> int:
+        """Numbers for `count` new loss points; returns the first."""
+        first = self.loss_points + 1
+        self.loss_points += count
+        return first
+
+    def fields(self, epoch: int) -> dict:
+        """The progress fields of events and status, for the current `epoch` (-1: none)."""
+        now = time.monotonic()
+        while self._window and now - self._window[0][0] > WINDOW_SECONDS:
+            self._window.popleft()
+        window = self._window
+        span = now - window[0][0] if len(window) > 1 else 0
+        rate = sum(n for _, n in list(window)[1:]) / span if span > 0 else 0.0
+        epoch = max(epoch, 0)
+        return {
+            "epoch": epoch,
+            "epochs": self._epochs,
+            "step": self._queue.done_count,
+            "records_done": self._queue.records_done(epoch),
+            "records_per_epoch": self.records_per_epoch,
+            "records_per_second": round(rate, 1),
+        }
