@@ -11,39 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from elasticdl_nb.spec import JobSpec, SpecError, option_fields
+from elasticdl_nb.commands import add_job_commands, add_train_command, run
+from elasticdl_nb.errors import ElasticDLError
+from elasticdl_nb.sdk import train
 
-
-def add_spec_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per JobSpec option, generated: the CLI cannot drift from the spec."""
-    defaults = JobSpec()
-    for f in option_fields():
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        help_text = f.metadata["help"]
-        if isinstance(default, bool):
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=f"{help_text} (default {default})",
-            )
-        elif isinstance(default, list):
-            parser.add_argument(
-                flag, dest=f.name, nargs="+", default=argparse.SUPPRESS, help=help_text
-            )
-        else:
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                type=type(default),
-                default=argparse.SUPPRESS,
-                choices=f.metadata["choices"],
-                help=f"{help_text} (default {default!r})",
-            )
+USER_ERROR = 2  # the exit code of a user's mistake (argparse's too)
+INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,104 +34,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_train_command(commands) -> argparse.ArgumentParser:
-    """`train` with a flag per JobSpec option, shared by the CLI and `%%elasticdl train`."""
-    train = commands.add_parser("train", help="start a training job")
-    add_spec_flags(train)
-    train.add_argument("--wait", action="store_true", help="follow the job until it ends")
-    train.add_argument(
-        "--no-check",
-        dest="check",
-        action="store_false",
-        help="skip the one-minibatch check before launching",
-    )
-    train.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the Kubernetes objects the job would create, as YAML; launch nothing",
-    )
-    return train
+def _event_line(event) -> str:
+    return json.dumps({"seq": event.seq, "time": event.time, "kind": event.kind, **event.data})
 
 
-def add_job_commands(commands) -> dict[str, argparse.ArgumentParser]:
-    """The commands on existing jobs, shared by the CLI and the `%elasticdl` magic."""
-    parsers = {"list": commands.add_parser("list", help="list local jobs")}
-    for name, text in (
-        ("status", "a job's status"),
-        ("wait", "follow a job to its end"),
-        ("stop", "stop a job"),
-        ("events", "print a job's journal"),
-    ):
-        parsers[name] = commands.add_parser(name, help=text)
-        parsers[name].add_argument("name")
-    scale = parsers["scale"] = commands.add_parser("scale", help="change a job's number of workers")
-    scale.add_argument("name")
-    scale.add_argument("--workers", type=int, required=True)
-    logs = parsers["logs"] = commands.add_parser("logs", help="print a process's log")
-    logs.add_argument("name")
-    logs.add_argument("--role", default="master", choices=("master", "worker", "ps"))
-    logs.add_argument("--index", type=int, default=0)
-    logs.add_argument("--tail", type=int, default=None)
-    for parser in parsers.values():
-        add_cluster_flags(parser)
-    return parsers
-
-
-def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
-    """Where to look for Kubernetes jobs that another notebook or shell started."""
-    parser.add_argument("--namespace", help="also look for Kubernetes jobs in this namespace")
-    parser.add_argument("--kubeconfig", default="", help="the cluster's kubeconfig")
+# How a shell shows each job command's result (commands.run returns it): JSON or text.
+SHOW: dict[str, Callable[[Any], str]] = {
+    "list": lambda jobs: "\n".join(f"{job['name']:<40} {job['state']}" for job in jobs),
+    "status": lambda status: json.dumps(status, indent=1),
+    "wait": lambda status: json.dumps(status.get("metrics")),
+    "events": lambda events: "\n".join(map(_event_line, events)),
+    "scale": json.dumps,
+    "stop": lambda status: status.get("state"),
+    "logs": str,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import elasticdl_nb as edl
-    from elasticdl_nb.backends.kubernetes.api import KubernetesError
-
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
-
-    def find():
-        return edl.attach(args["name"], args["namespace"], args["kubeconfig"])
-
     try:
         if command == "train":
-            wait, check, dry_run = args.pop("wait"), args.pop("check"), args.pop("dry_run")
-            job = edl.train(check=check, dry_run=dry_run, **args)
-            if dry_run:
-                print(job, end="")
-                return 0
-            print(f"started job {job.name} ({job.dir})")
-            if wait:
-                status = job.wait()
-                print(json.dumps({k: status.get(k) for k in ("state", "step", "metrics")}))
-        elif command == "list":
-            for job in edl.jobs(args["namespace"], args["kubeconfig"]):
-                print(f"{job['name']:<40} {job['state']}")
-        elif command == "status":
-            print(json.dumps(find().status(), indent=1))
-        elif command == "wait":
-            print(json.dumps(find().wait().get("metrics")))
-        elif command == "events":
-            for event in find().events(follow=False):
-                print(
-                    json.dumps(
-                        {"seq": event.seq, "time": event.time, "kind": event.kind, **event.data}
-                    )
-                )
-        elif command == "scale":
-            print(json.dumps(find().scale(args["workers"])))
-        elif command == "stop":
-            print(find().stop().get("state"))
-        elif command == "logs":
-            print(find().logs(args["role"], args["index"], args["tail"]))
-    except (
-        SpecError,
-        ValueError,
-        LookupError,
-        FileNotFoundError,
-        KubernetesError,
-        edl.JobFailed,
-    ) as exc:
+            _train(args)
+        else:
+            text = SHOW[command](run(command, args))
+            if text:
+                print(text)
+    except ElasticDLError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return USER_ERROR
+    except KeyboardInterrupt:  # jobs run detached from this shell: a Ctrl-C ends no job
+        print("interrupted (a job that was running goes on: `stop NAME` ends it)", file=sys.stderr)
+        return INTERRUPTED
     return 0
+
+
+def _train(args: dict) -> None:
+    wait, check, dry_run = args.pop("wait"), args.pop("check"), args.pop("dry_run")
+    # Without --data, edl.train says what to pass (rather than a missing argument).
+    job = train(data=args.pop("data", None), check=check, dry_run=dry_run, **args)
+    if dry_run:  # the YAML of every object it would create; nothing was launched
+        print(job, end="")
+        return
+    print(f"started job {job.name} ({job.dir})")
+    if wait:
+        status = job.wait()
+        print(json.dumps({k: status.get(k) for k in ("state", "step", "metrics")}))

@@ -1,14 +1,20 @@
 """IPython magics: `%load_ext elasticdl_nb`, then `%%elasticdl train` and `%elasticdl <command>`.
 
 `%elasticdl -h` lists the commands; each takes `-h`. A wrong command or flag prints the
-usage and the reason, never a traceback.
+usage and the reason; any other mistake a user can fix (an `ElasticDLError`: no such
+job, no such log, a bad option, and a job that failed) prints `%elasticdl <command>:
+<message>` on stderr. Neither shows a traceback.
+
+    elasticdl_magic   the `%elasticdl` line/cell magic: parse, run (commands/), show
+    train             `%%elasticdl train`: the model and data from the notebook's namespace
+    config            the notebook's defaults for new jobs (`%elasticdl config`)
 """
 
 from __future__ import annotations
 
 import os
 
-from elasticdl_nb.magics.commands import ElasticDLMagics
+from elasticdl_nb.magics.elasticdl_magic import ElasticDLMagics
 
 
 def load_ipython_extension(ipython) -> None:

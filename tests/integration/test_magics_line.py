@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import job_processes
 from tests.integration.faults import wait_for, wait_for_step
-from tests.integration.models import digits_job
+from tests.integration.models import digits_job, loss
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,8 @@ def test_help_and_bad_command_lines_print_usage_and_the_reason_without_a_traceba
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
     assert shell.run_line_magic("elasticdl", "attach no-such-job") is None
-    assert "No job named 'no-such-job'" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert "%elasticdl attach: No job named 'no-such-job'" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -62,3 +63,36 @@ def test_list_attach_scale_logs_and_stop_a_running_job(shell, job_home, capsys, 
     final = shell.run_line_magic("elasticdl", f"stop {job.name} -f")
     assert final["state"] == "stopped"
     wait_for(lambda: job_processes(job_home) == [], 30, "no process left")
+
+
+def _loss_that_raises_in_the_job(labels, predictions):
+    """The digits loss on the notebook's one-minibatch check; an error in the job's worker."""
+    import os
+
+    if os.environ.get("ELASTICDL_NB_JOB_DIR"):
+        raise ValueError("the labels are upside down")
+    return loss(labels, predictions)
+
+
+@pytest.mark.slow
+def test_a_failed_job_and_a_missing_log_are_one_message_each_not_a_traceback(
+    shell, job_home, capsys
+):
+    job, _, _ = digits_job(workers=1, epochs=1, evaluate=False, loss=_loss_that_raises_in_the_job)
+    capsys.readouterr()
+
+    # As in a notebook cell: an exception out of the magic would be a traceback here.
+    result = shell.run_cell(f"%elasticdl wait {job.name}")
+    assert result.success and result.result is None
+    out, err = capsys.readouterr()
+    assert err.startswith(f"%elasticdl wait: Job '{job.name}' failed: worker 0 failed in user code")
+    assert "ValueError: the labels are upside down" in err  # the reason: the worker's error
+    assert "JobFailed" not in out + err and "sdk/job.py" not in out + err  # not the notebook's
+
+    result = shell.run_cell(f"%elasticdl logs {job.name} --role worker --index 9")
+    assert result.success and result.result is None
+    out, err = capsys.readouterr()
+    assert err.startswith(f"%elasticdl logs: No log for worker 9 of job '{job.name}'; there are")
+    assert "master" in err and "worker-0" in err  # the logs there are
+    assert "Traceback" not in out + err
+    assert job_processes(job_home) == []

@@ -1,11 +1,13 @@
 """`%%elasticdl train` and `%elasticdl list | attach | status | events | wait | scale |
 stop | logs | config`.
 
-The commands and their flags are the CLI's (`elasticdl_nb/cli.py`), so the two cannot
-drift; what differs is the output: `train` shows the dashboard, `attach` shows it and
-returns the `Job` (bind it with `job = %elasticdl attach NAME`), `stop` asks before
-stopping unless given `-f`, and results are shown rather than printed as JSON. `{var}`
-and `$var` in the line expand from the notebook's namespace (IPython does that).
+The commands and their flags are the CLI's (`elasticdl_nb/commands/`), so the two cannot
+drift, and so is what they do (`commands.run`); what differs is the output: `train` shows
+the dashboard, `attach` shows it and returns the `Job` (bind it with
+`job = %elasticdl attach NAME`), `stop` asks before stopping unless given `-f`, and results
+are shown rather than printed as JSON. `{var}` and `$var` in the line expand from the
+notebook's namespace (IPython does that). A user's mistake, or a job that failed, is one
+line on stderr, `%elasticdl <command>: <what to do>`, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from elasticdl_nb.cli import add_cluster_flags, add_job_commands, add_train_command
+from elasticdl_nb.commands import add_attach_command, add_job_commands, add_train_command, run
+from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.magics import config as defaults
 from elasticdl_nb.magics.train import model_entries, resolve_data
-from elasticdl_nb.sdk.job import JobFailed
+from elasticdl_nb.sdk import JobFailed, train
 
 
 class _UsageShown(Exception):
@@ -55,9 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parsers["stop"].add_argument(
         "-f", "--force", action="store_true", help="stop without asking first"
     )
-    attach = commands.add_parser("attach", help="show a job's dashboard and return its Job")
-    attach.add_argument("name")
-    add_cluster_flags(attach)
+    add_attach_command(commands)
     settings = commands.add_parser(
         "config", help="show the defaults for new jobs, or set them: config workers=3 epochs=2"
     )
@@ -66,12 +68,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# How the notebook shows each job command's result (`commands.run` returns it): what a
+# renderer returns is the magic's value, which IPython displays (`attach` is a method:
+# it shows the dashboard).
+def _returned(result: Any) -> Any:
+    return result
+
+
+def _printed(text: str) -> None:
+    print(text)
+
+
+def _job_lines(jobs: list[dict]) -> None:
+    if not jobs:
+        print("no jobs")
+    for job in jobs:
+        print(f"{job['name']:<40} {job['state']}")
+
+
+def _event_lines(events: list) -> None:
+    for event in events:
+        print(f"{event.seq:>6} {event.kind:<20} {event.data}")
+
+
+def _stopped(status: dict | None) -> dict | None:
+    if status is None:  # the user answered no
+        print("not stopped")
+    return status
+
+
+SHOW: dict[str, Callable[[Any], Any]] = {
+    "list": _job_lines,
+    "status": _returned,
+    "events": _event_lines,
+    "wait": _returned,
+    "scale": _returned,
+    "stop": _stopped,
+    "logs": _printed,
+}
+
+
+def _ask(question: str) -> bool:
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
 @magics_class
 class ElasticDLMagics(Magics):
     def __init__(self, shell):
         super().__init__(shell)
         self.config_defaults = defaults.ElasticDL(parent=shell)
         shell.configurables.append(self.config_defaults)  # %config ElasticDL.<option>=...
+        self.show = {**SHOW, "attach": self._attached}
 
     @line_cell_magic("elasticdl")
     def elasticdl(self, line: str, cell: str | None = None) -> Any:
@@ -92,21 +139,27 @@ class ElasticDLMagics(Magics):
         try:
             if command == "train":
                 return self._train(args, cell)
-            return self._run(command, args)
-        except ValueError as exc:  # SpecError, ContractError, CaptureError, DataError, ...
+            if command == "config":
+                return self._config(args)
+            confirm = None if args.get("force", True) else _ask
+            return self.show[command](run(command, args, confirm=confirm))
+        except ElasticDLError as exc:  # a user's mistake, or a job that failed: no traceback
             print(f"%elasticdl {command}: {exc}", file=sys.stderr)
             if command == "train":
                 print("No job was launched.", file=sys.stderr)
             return None
-        except LookupError as exc:
-            print(f"%elasticdl: {exc}")
+        except KeyboardInterrupt:
+            if command != "wait":
+                raise
+            print(
+                f"Stopped waiting for {args['name']}, which goes on. "
+                f"Reattach: %elasticdl attach {args['name']}"
+            )
             return None
 
     # ------------------------------------------------------------------ train
 
     def _train(self, args: dict, cell: str) -> None:
-        import elasticdl_nb as edl
-
         result = self.shell.run_cell(cell)
         if not result.success:
             print(
@@ -121,7 +174,7 @@ class ElasticDLMagics(Magics):
         data = resolve_data(namespace, "data", args.pop("data", None))
         validation = resolve_data(namespace, "validation_data", args.pop("validation_data", None))
         options = {**defaults.job_defaults(self.config_defaults), **args}
-        job = edl.train(
+        job = train(
             entries.pop("custom_model"),
             **entries,
             data=data,
@@ -169,46 +222,14 @@ class ElasticDLMagics(Magics):
 
     # ------------------------------------------------------------------ the other commands
 
-    def _run(self, command: str, args: dict) -> Any:
-        import elasticdl_nb as edl
+    def _attached(self, job):
+        """`attach`: the dashboard (where widgets can be shown), and the Job as the value."""
+        self._show(job)
+        return job
 
-        if command == "config":
-            if args["reset"]:
-                for name, trait in self.config_defaults.traits(config=True).items():
-                    setattr(self.config_defaults, name, trait.default_value)
-            defaults.assign(self.config_defaults, args["settings"])
-            print(defaults.show(self.config_defaults))
-            return None
-        if command == "list":
-            jobs = edl.jobs(args["namespace"], args["kubeconfig"])
-            if not jobs:
-                print("no jobs")
-            for job in jobs:
-                print(f"{job['name']:<40} {job['state']}")
-            return None
-        job = edl.attach(args["name"], args["namespace"], args["kubeconfig"])
-        if command == "attach":
-            self._show(job)
-            return job
-        if command == "status":
-            return job.status()
-        if command == "events":
-            for event in job.events(follow=False):
-                print(f"{event.seq:>6} {event.kind:<20} {event.data}")
-            return None
-        if command == "wait":
-            return job.wait()
-        if command == "scale":
-            return job.scale(args["workers"])
-        if command == "stop":
-            if not args["force"] and input(f"Stop job {job.name}? [y/N] ").strip().lower() not in (
-                "y",
-                "yes",
-            ):
-                print("not stopped")
-                return None
-            return job.stop()
-        if command == "logs":
-            print(job.logs(args["role"], args["index"], args["tail"]))
-            return None
-        raise AssertionError(f"unhandled command {command}")  # the parser knows no other
+    def _config(self, args: dict) -> None:
+        if args["reset"]:
+            for name, trait in self.config_defaults.traits(config=True).items():
+                setattr(self.config_defaults, name, trait.default_value)
+        defaults.assign(self.config_defaults, args["settings"])
+        print(defaults.show(self.config_defaults))
