@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from elasticdl_nb.backends import backend_names, get_backend, job_records
+from elasticdl_nb.capture import write_bundle
 from elasticdl_nb.data import DataError, resolve_sources, stage_arrays
-from elasticdl_nb.model import write_bundle
 from elasticdl_nb.sdk.errors import JobNotFound
 from elasticdl_nb.sdk.job import Job
 from elasticdl_nb.sdk.model_source import functions_of
