@@ -110,5 +110,6 @@ def test_a_process_that_reached_the_wrong_server_fails_the_job_with_its_reason()
         instances.on_event(InstanceEvent(role, 0, InstanceState.FAILED, exit_code=WRONG_PEER_EXIT))
         assert len(failures) == 1 and f"{role} 0 reached the wrong server" in failures[0]
         assert said in failures[0]
+        assert f"The last lines of its log (job.logs('{role}', 0))" in failures[0]
         assert "relaunch" not in kinds(journal)  # a replacement would meet the same server
         assert launcher.launched.count((role, 0)) == 1

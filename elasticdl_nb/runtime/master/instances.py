@@ -308,7 +308,7 @@ class InstanceManager:
 
     def _last_lines(self, inst: Instance, lines: int = 10) -> str:
         tail = self._log_tail(inst.role, inst.instance_id, lines).strip()
-        where = f"job.logs({inst.role!r}, {inst.instance_id})"
+        where = f"job.logs({str(inst.role)!r}, {inst.instance_id})"
         if not tail:
             return f"See its log with {where}."
         return f"The last lines of its log ({where}):\n{tail}"
