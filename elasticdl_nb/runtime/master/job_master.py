@@ -390,6 +390,8 @@ class JobMaster:
         if not self.strategy.reconcile(self.epoch):
             return
         with self.lock:
+            if self.state in MASTER_END_STATES:  # stopped or failed while checkpointing
+                return
             if self.queue.training_pending():  # a PS lost work at the very end: redo it
                 self.phases.move(Phase.TRAINING)
                 return

@@ -57,10 +57,7 @@ class MasterService(rpc.MasterServicer):
     # ------------------------------------------------------------------ parameter servers
 
     def _ps(self, context) -> PsStrategy:
-        strategy = self.master.strategy
-        if not isinstance(strategy, PsStrategy):
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not a parameter-server job")
-        return strategy
+        return self._strategy(PsStrategy, "a parameter-server job", context)
 
     def ReportPsReady(self, request, context):
         self._ps(context).ps_ready(
@@ -74,9 +71,13 @@ class MasterService(rpc.MasterServicer):
     # ------------------------------------------------------------------ allreduce group
 
     def _group(self, context) -> AllreduceGroup:
+        return self._strategy(AllreduceGroup, "an allreduce job", context)
+
+    def _strategy(self, kind: type, job: str, context):
+        """The job's strategy if it is of `kind`; else the call is refused."""
         strategy = self.master.strategy
-        if not isinstance(strategy, AllreduceGroup):
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not an allreduce job")
+        if not isinstance(strategy, kind):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"not {job}")
         return strategy
 
     def JoinGroup(self, request, context):
