@@ -56,7 +56,7 @@ class FoundJob:
     name: str
     backend: str
     state: JobState
-    created: str  # as the backend gives it (e.g. an RFC 3339 time)
+    created: float | None  # Unix seconds, when the backend says
 
 
 class Backend(ABC):

@@ -60,6 +60,11 @@ class Job:
         return self._record.backend
 
     @property
+    def created(self) -> float:
+        """When the job was submitted (Unix seconds)."""
+        return self._record.created
+
+    @property
     def dir(self):
         """Where the job's files are: journal, logs, checkpoints, exported model."""
         return self._link.files

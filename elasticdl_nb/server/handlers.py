@@ -73,7 +73,7 @@ def _summaries(namespace: str) -> list[dict[str, Any]]:
             job = attach(listed["name"])
         except LookupError:
             continue  # deleted since it was listed
-        out.append(job_summary(job, created=listed["created"]))
+        out.append(job_summary(job))
     return out
 
 

@@ -3,18 +3,15 @@ a Kubernetes job only its namespace knows, from what `jobs()` says of it."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from elasticdl_nb.sdk import Job
 from elasticdl_nb.vocabulary import JobState
 
 
-def job_summary(
-    job: Job, status: dict[str, Any] | None = None, created: float | str | None = None
-) -> dict[str, Any]:
-    """Name, backend, state, progress (with `fraction` done, 0..1), worker and PS counts;
-    `created` (Unix seconds) when the caller knows it (`jobs()` does, `Job` does not)."""
+def job_summary(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Name, backend, state, creation time (Unix seconds), progress (with `fraction` done,
+    0..1), worker and PS counts."""
     status = job.status() if status is None else status
     state = status.get("state", "unknown")
     per_epoch = status.get("records_per_epoch") or 0
@@ -27,7 +24,7 @@ def job_summary(
         "state": state,
         "error": status.get("error") or "",
         "waiting": status.get("waiting") or "",
-        **_created(created),
+        "created": job.created,
         "progress": {
             "epoch": status.get("epoch", 0),
             "epochs": epochs,
@@ -49,7 +46,7 @@ def remote_summary(listed: dict[str, Any]) -> dict[str, Any]:
         "name": listed["name"],
         "backend": listed["backend"],
         "state": listed["state"],
-        **_created(listed.get("created")),
+        **({} if listed.get("created") is None else {"created": listed["created"]}),
         "remote": True,
     }
 
@@ -58,14 +55,3 @@ def job_detail(job: Job) -> dict[str, Any]:
     """The summary, plus every instance (role, id, state, pid, exit reason)."""
     status = job.status()
     return {**job_summary(job, status), "instances": status.get("instances", [])}
-
-
-def _created(created: float | str | None) -> dict[str, float]:
-    """`{"created": Unix seconds}`, from a number or an RFC 3339 time (what Kubernetes
-    gives); nothing when unknown."""
-    if isinstance(created, str):
-        try:
-            created = datetime.fromisoformat(created).timestamp()
-        except ValueError:
-            created = None
-    return {} if created is None else {"created": float(created)}

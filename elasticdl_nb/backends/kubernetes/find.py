@@ -5,6 +5,7 @@ its Service the address, its ConfigMap the spec (for the shared volume)."""
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from pathlib import Path
 
 from elasticdl_nb.backends import job_records
@@ -39,10 +40,18 @@ def list_jobs(namespace: str, kubeconfig: str = "") -> list[FoundJob]:
             name=pod["metadata"]["labels"][m.LABEL_JOB],
             backend=KubernetesBackend.name,
             state=_STATE_OF_PHASE.get((pod.get("status") or {}).get("phase"), JobState.ENDED),
-            created=pod["metadata"].get("creationTimestamp", ""),
+            created=_seconds(pod["metadata"].get("creationTimestamp")),
         )
         for pod in pods.get("items", [])
     ]
+
+
+def _seconds(timestamp: str | None) -> float | None:
+    """An RFC 3339 time, as Kubernetes writes them, in Unix seconds."""
+    try:
+        return datetime.fromisoformat(timestamp).timestamp() if timestamp else None
+    except ValueError:
+        return None
 
 
 def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.JobRecord | None:
