@@ -70,6 +70,16 @@ class InstanceState(StrEnum):
     DELETED = "deleted"  # removed without exiting on its own
 
 
+class GroupChange(StrEnum):
+    """Why an allreduce group changed (the `reason` of a `group` event, the `cause` of a
+    `group_settled` one)."""
+
+    FORMED = "formed"  # the first members
+    JOINED = "joined"  # a new member came in (scale up, or a replacement)
+    LEFT = "left"  # a member left at a step the group agreed on (scale down)
+    FAILURE = "failure"  # a member was lost; the survivors carried on without it
+
+
 INSTANCE_ENDED = frozenset(
     {
         InstanceState.SUCCEEDED,

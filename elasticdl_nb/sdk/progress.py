@@ -12,7 +12,7 @@ import time
 from typing import TextIO
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, JobState
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, GroupChange, InstanceState, JobState
 
 # How an instance can be lost: it ended, and not by finishing its work.
 INSTANCE_LOST = INSTANCE_ENDED - {InstanceState.SUCCEEDED}
@@ -88,7 +88,12 @@ def describe(event: Event) -> str | None:
     return None
 
 
-_CAUSES = {"failure": "failure", "joined": "join", "left": "leave", "formed": "start"}
+_CAUSES = {
+    GroupChange.FAILURE: "failure",
+    GroupChange.JOINED: "join",
+    GroupChange.LEFT: "leave",
+    GroupChange.FORMED: "start",
+}
 
 
 def _milliseconds(seconds: float) -> str:
@@ -99,13 +104,13 @@ def _group_line(d: dict) -> str:
     """An allreduce group version, and what made it."""
     members = ", ".join(str(w) for w in d["members"])
     line = f"allreduce group v{d['version']}: workers {members}"
-    if d["reason"] == "failure":
+    if d["reason"] == GroupChange.FAILURE:
         lost = ", ".join(str(w) for w in d["left"])
         return (
             f"{line} (worker {lost} lost at step {d.get('step', '?')}; "
             f"survivors agreed in {_milliseconds(d.get('agreed_s', 0))})"
         )
-    if d["joined"] and d["reason"] != "formed":
+    if d["joined"] and d["reason"] != GroupChange.FORMED:
         return f"{line} ({', '.join(str(w) for w in d['joined'])} joined)"
     if d["left"]:
         return f"{line} ({', '.join(str(w) for w in d['left'])} left)"

@@ -12,7 +12,7 @@ import html
 import time
 
 from elasticdl_nb.sdk.progress import INSTANCE_LOST, format_progress
-from elasticdl_nb.vocabulary import JobState, Phase
+from elasticdl_nb.vocabulary import GroupChange, JobState, Phase
 from elasticdl_nb.widgets.job_view import JobView
 
 STATE_COLORS = {
@@ -24,7 +24,7 @@ STATE_COLORS = {
 }
 ERROR_COLOR = "#c62828"
 # What an allreduce group's change is called in "last recovery stepping again in ..."
-_CHANGES = {"failure": "recovery", "joined": "join", "left": "leave"}
+_CHANGES = {GroupChange.FAILURE: "recovery", GroupChange.JOINED: "join", GroupChange.LEFT: "leave"}
 
 
 def colored(text: str, color: str) -> str:

@@ -24,6 +24,7 @@ from elasticdl_nb.vocabulary import (
     FINAL_STATES,
     INSTANCE_ENDED,
     EventKind,
+    GroupChange,
     InstanceState,
     JobState,
     Phase,
@@ -226,7 +227,7 @@ class JobView:
         self.group_members = list(event.data["members"])
 
     def _on_group_settled(self, event: Event) -> None:
-        if event.data["cause"] != "formed":
+        if event.data["cause"] != GroupChange.FORMED:
             self.last_change = (event.data["cause"], float(event.data["seconds"]))
 
     def _row(self, role: str, instance_id: int) -> InstanceRow:
@@ -358,7 +359,7 @@ def _is_error(event: Event) -> bool:
     if event.kind == EventKind.INSTANCE:
         return d.get("kind") in INSTANCE_LOST
     if event.kind == EventKind.GROUP:
-        return d.get("reason") == "failure"
+        return d.get("reason") == GroupChange.FAILURE
     return event.kind in (
         EventKind.RELAUNCH_REFUSED,
         EventKind.PS_RESTORED,

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from elasticdl_nb.runtime.collective.membership import Membership, Recovery, Report
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost
+from elasticdl_nb.vocabulary import EventKind, GroupChange
 
 
 class GroupCoordinator:
@@ -80,9 +81,11 @@ class GroupCoordinator:
             return
         members = [w for w, _ in group.members]
         joined = [w for w in members if w not in old]
-        reason = "formed" if forming else "joined" if joined else "left"
+        reason = (
+            GroupChange.FORMED if forming else GroupChange.JOINED if joined else GroupChange.LEFT
+        )
         self._journal(
-            "group", version=group.version, members=members, joined=joined,
+            EventKind.GROUP, version=group.version, members=members, joined=joined,
             left=sorted(old - set(members)), reason=reason,
         )  # fmt: skip
         self._changed.notify_all()
@@ -156,9 +159,9 @@ class GroupCoordinator:
             if recovery.group.version not in self._journaled:  # each decision once
                 self._journaled.add(recovery.group.version)
                 self._journal(
-                    "group", version=recovery.group.version,
+                    EventKind.GROUP, version=recovery.group.version,
                     members=[w for w, _ in recovery.group.members], joined=[],
-                    left=list(recovery.lost), reason="failure",
+                    left=list(recovery.lost), reason=GroupChange.FAILURE,
                     step=recovery.step, agreed_s=round(time.monotonic() - first, 6),
                     causes={str(w): c for w, c in self._causes.get(version, {}).items()},
                 )  # fmt: skip

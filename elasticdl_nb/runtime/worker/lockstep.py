@@ -47,6 +47,7 @@ from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
 from elasticdl_nb.runtime.worker.reporter import Reporter
 from elasticdl_nb.runtime.worker.task_feed import TaskFeed
 from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.vocabulary import GroupChange
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -129,7 +130,10 @@ class Lockstep:
             pb.JoinRequest(worker_id=self.me, address=self.listener.address), timeout=600
         )
         group = _group(info)
-        self._change = (time.monotonic(), "formed" if group.version == 1 else "joined")
+        self._change = (
+            time.monotonic(),
+            GroupChange.FORMED if group.version == 1 else GroupChange.JOINED,
+        )
         if group.version == 1 and group.members[0][0] == self.me:
             self._send_state(group, old_members={self.me})  # the first group starts from us
         else:
@@ -335,7 +339,10 @@ class Lockstep:
         old = self.group
         new = _group(self.master.GetGroup(pb.GroupRequest(version=version), timeout=30))
         old_ids, new_ids = {w for w, _ in old.members}, {w for w, _ in new.members}
-        self._change = (time.monotonic(), "joined" if new_ids - old_ids else "left")
+        self._change = (
+            time.monotonic(),
+            GroupChange.JOINED if new_ids - old_ids else GroupChange.LEFT,
+        )
         if self.me not in new_ids:
             self._report_through(self.step)
             self._finish(f"left the group at version {version}")
@@ -420,7 +427,7 @@ class Lockstep:
                     [np.array([step]), summed, table], RING_TIMEOUT,
                 )  # fmt: skip
         self._report_through(plan.step)
-        self._change = (since, "failure")
+        self._change = (since, GroupChange.FAILURE)
         self._send_state(new, {w for w, _ in new.members} - set(plan.joiners))
         self._connect(new)
         self._record("recovered")
