@@ -241,16 +241,21 @@ if [ ! -f "$JOB_ARCHIVE" ] || [ ! -f "$JOB_SIZE_FILE" ]; then
     podman image inspect --format '{{.Size}}' "$JOB_IMAGE" >"$JOB_SIZE_FILE"
     step "podman save $JOB_IMAGE"
     save "$JOB_IMAGE" "$JOB_ARCHIVE"
-    # Only the current job image is kept (its layers below the wheel stay cached in
-    # podman's storage for the next build).
-    for f in "$OUT"/job-*.tar "$OUT"/job-*.size; do
-        case "$f" in "$JOB_ARCHIVE" | "$JOB_SIZE_FILE") ;; *) rm -f "$f" ;; esac
-    done
-    for img in $(podman images --format '{{.Repository}}:{{.Tag}}' localhost/elasticdl-nb); do
-        [ "$img" = "$JOB_IMAGE" ] || podman rmi -f "$img" >/dev/null || true
-    done
-    podman image prune -f >/dev/null || true
 fi
+
+# Only the current images are kept, archives and tags (the job image's layers below the
+# wheel stay cached in podman's storage for the next build).
+for f in "$OUT"/base-*.tar "$OUT"/pause-*.tar "$OUT"/job-*.tar "$OUT"/job-*.size; do
+    case "$f" in "$BASE_ARCHIVE" | "$PAUSE_ARCHIVE" | "$JOB_ARCHIVE" | "$JOB_SIZE_FILE") ;;
+    *) rm -f "$f" ;; esac
+done
+for repo in localhost/elasticdl-nb-base localhost/pause localhost/elasticdl-nb; do
+    for img in $(podman images --format '{{.Repository}}:{{.Tag}}' "$repo"); do
+        case "$img" in "$BASE_IMAGE" | "$PAUSE_IMAGE" | "$JOB_IMAGE") ;;
+        *) podman rmi -f "$img" >/dev/null || true ;; esac
+    done
+done
+podman image prune -f >/dev/null || true
 
 step "done"
 write_env
