@@ -14,6 +14,13 @@
 There is no kubelet and no scheduler: pods are stored but never run. A pod with
 `spec.nodeName` set is deleted at once only with `grace_period_seconds=0`.
 
+For a real node (node.py) the keyword options of `TestCluster` change that: the API
+server on the node's address instead of loopback (pods reach it through the `kubernetes`
+Service, which the API server then fills), a Service range that is not loopback, the
+kubelet reached at the node's InternalIP, the endpoint, endpointslice and nodelifecycle
+controllers (kube-proxy needs endpoints; the node's `not-ready` taint must go), and the
+node's own static token. The defaults are the loopback cluster above.
+
 Keys and certificates are made with the `openssl` command line, so the tests need no
 extra Python package. Every process logs to `<workdir>/logs/<name>.log`.
 """
@@ -21,6 +28,7 @@ extra Python package. Every process logs to `<workdir>/logs/<name>.log`.
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import json
 import os
 import secrets
@@ -43,6 +51,20 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 # without kube-proxy. The API server takes the first address for the `kubernetes` Service.
 SERVICE_IP_RANGE = "127.1.0.0/16"
 KUBERNETES_SERVICE_IP = "127.1.0.1"
+# Controllers of every test cluster; a cluster for real nodes adds NODE_CONTROLLERS.
+CONTROLLERS = (
+    "garbagecollector",
+    "namespace",
+    "serviceaccount",
+    "serviceaccount-token",
+    "resourcequota",  # quota usage, without which quota admission refuses all
+)
+NODE_CONTROLLERS = ("endpoint", "endpointslice", "nodelifecycle")
+
+
+def first_service_ip(service_ip_range: str) -> str:
+    """The address the API server gives the `kubernetes` Service."""
+    return str(ipaddress.ip_network(service_ip_range)[1])
 
 
 def binaries_dir() -> Path:
@@ -71,7 +93,7 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def _make_pki(pki: Path) -> None:
+def _make_pki(pki: Path, address: str, service_ip: str) -> None:
     """A CA, a serving certificate for the API server signed by it, and the RSA key
     pair that signs and verifies service-account tokens."""
     pki.mkdir(parents=True)
@@ -104,11 +126,13 @@ def _make_pki(pki: Path) -> None:
         "/CN=kube-apiserver",
         cwd=pki,
     )
-    # The names clients use: loopback (also what pods of the test kubelet use), and the
-    # in-cluster names and service IP (the first of SERVICE_IP_RANGE) of the API service.
+    # The names clients use: loopback (also what pods of the test kubelet use), the
+    # address the server listens on, and the in-cluster names and service IP (the first
+    # of the service range) of the API service.
+    ips = dict.fromkeys(["127.0.0.1", address, service_ip])
     (pki / "san.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
-        f"DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:{KUBERNETES_SERVICE_IP}\n"
+        "subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        f"DNS:kubernetes.default.svc,{','.join(f'IP:{ip}' for ip in ips)}\n"
         "extendedKeyUsage=serverAuth\n"
     )
     _openssl(
@@ -149,14 +173,35 @@ class TestCluster:
     Use as a context manager, or call `start()` and `stop()`. After `start()`:
     `server` (URL), `ca_file`, `admin_token`, `user_token`, `user_name`, and the
     kubeconfig files `admin_kubeconfig` and `user_kubeconfig`.
+
+    Keyword options, for a real node (node.py's `RealNode.cluster_options()` gives them):
+    `address`, where the API server listens and what it advertises (it must exist on
+    this machine); `service_ip_range`; `real_nodes`, which adds the node controllers,
+    an endpoint reconciler for the `kubernetes` Service and reaching kubelets at their
+    InternalIP; `extra_tokens`, more static tokens as (token, user, groups) with groups
+    comma-separated, e.g. a node's (token, "system:node:NAME", "system:nodes").
     """
 
     __test__ = False  # not a pytest test class, despite the name
 
     user_name = "unprivileged"
 
-    def __init__(self, workdir: Path | str | None = None, bin_dir: Path | None = None):
+    def __init__(
+        self,
+        workdir: Path | str | None = None,
+        bin_dir: Path | None = None,
+        *,
+        address: str = "127.0.0.1",
+        service_ip_range: str = SERVICE_IP_RANGE,
+        real_nodes: bool = False,
+        extra_tokens: tuple[tuple[str, str, str], ...] = (),
+    ):
         self.bin_dir = Path(bin_dir) if bin_dir else binaries_dir()
+        self.address = address
+        self.service_ip_range = service_ip_range
+        self.kubernetes_service_ip = first_service_ip(service_ip_range)
+        self.real_nodes = real_nodes
+        self.extra_tokens = tuple(extra_tokens)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="k8s-test-"))
         self.logs = self.workdir / "logs"
@@ -178,7 +223,7 @@ class TestCluster:
         atexit.register(self.stop)  # also when the test session dies without teardown
         try:
             self.logs.mkdir(parents=True, exist_ok=True)
-            _make_pki(self.pki)
+            _make_pki(self.pki, self.address, self.kubernetes_service_ip)
             self._start_etcd(deadline=t0 + timeout)
             self._start_apiserver(deadline=t0 + timeout)
             self._write_kubeconfigs()
@@ -348,21 +393,32 @@ class TestCluster:
 
     def _start_apiserver(self, deadline: float, port: int | None = None) -> None:
         port = port or _free_port()
-        self.server = f"https://127.0.0.1:{port}"
+        self.server = f"https://{self.address}:{port}"
         tokens = self.workdir / "tokens.csv"
         # token,user,uid,"groups": the admin is in system:masters (all rights, no RBAC
         # objects needed); the other user has no group and so no rights beyond discovery.
         tokens.write_text(
             f'{self.admin_token},admin,admin,"system:masters"\n'
             f"{self.user_token},{self.user_name},{self.user_name}\n"
+            + "".join(f'{t},{user},{user},"{groups}"\n' for t, user, groups in self.extra_tokens)
         )
         tokens.chmod(0o600)
+        if self.real_nodes:
+            node_args = [
+                # Fill the `kubernetes` Service's endpoints with this server's address.
+                "--endpoint-reconciler-type=lease",
+                # Reach kubelets (logs, port-forward) at the node's address, not by name.
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        else:
+            # No kubelet or real network: nothing to reconcile the `kubernetes` service to.
+            node_args = ["--endpoint-reconciler-type=none"]
         self._spawn(
             "kube-apiserver",
             [
                 f"--etcd-servers={self.etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={port}",
                 f"--cert-dir={self.pki}",
                 f"--tls-cert-file={self.pki / 'apiserver.crt'}",
@@ -372,9 +428,8 @@ class TestCluster:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={self.pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={self.pki / 'sa.key'}",
-                f"--service-cluster-ip-range={SERVICE_IP_RANGE}",
-                # No kubelet or real network: nothing to reconcile the `kubernetes` service to.
-                "--endpoint-reconciler-type=none",
+                f"--service-cluster-ip-range={self.service_ip_range}",
+                *node_args,
                 "--allow-privileged=true",
             ],
         )
@@ -412,8 +467,8 @@ class TestCluster:
             [
                 # Runs as the admin: simpler than a controller identity, same behaviour here.
                 f"--kubeconfig={self.admin_kubeconfig}",
-                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
-                "resourcequota",  # quota usage, without which quota admission refuses all
+                "--controllers="
+                + ",".join(CONTROLLERS + (NODE_CONTROLLERS if self.real_nodes else ())),
                 # Signs the tokens of service-account secrets; the CA goes into them as ca.crt.
                 f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 f"--root-ca-file={self.ca_file}",
