@@ -1,0 +1,748 @@
+"""A real Kubernetes node beside a test cluster (issue 15): pods run in containers.
+
+`RealNode` runs, from the binaries and images that `make test-node` builds and caches:
+
+- containerd 1.6 + runc (Debian's), with its own config, root, state and socket in a
+  temp dir: `restrict_oom_score_adj` (root here cannot lower an oom_score_adj), the CNI
+  plugins of /usr/lib/cni with a config dir of ours, the pause image as sandbox image,
+  network namespaces under its state dir, and a proxy that refuses (127.0.0.1:9) for
+  every registry, so a missing image fails at once instead of being pulled from afar.
+  The pause and job images are imported with `ctr -n k8s.io images import`; the job
+  image is also tagged as the name jobs use by default (JobSpec.image).
+- a bridge of ours, `BRIDGE`, with the pods' gateway address: pods get addresses in
+  POD_SUBNET, a route to the Service range only (no default route, no masquerade); the
+  host routes the Service range nowhere (`unreachable`), so nothing addressed to a pod or
+  a Service ever leaves this machine, and the test process, like a notebook outside the
+  cluster, reaches pods through the API server (port-forward, logs).
+- kubelet v1.20.2 as `system:node:<name>` (a static token in the cluster's token file),
+  reached by the API server at NODE_IP, an address added to `lo`; kube-scheduler and
+  kube-proxy (iptables mode) as the cluster admin.
+
+The cluster must be started with `cluster_options()` (the API server on NODE_IP, the
+Service range SERVICE_IP_RANGE, the node controllers, the node's token), after
+`prepare()` has added NODE_IP. `start()` returns when the node is Ready and untainted.
+
+`stop()` undoes everything, safe to call twice and from atexit: the processes, the
+containers and their shims, mounts and network namespaces, the bridge, the `KUBE-*`
+iptables chains (`kube-proxy --cleanup`, then any left, e.g. the kubelet's), the sysctls
+the kubelet and kube-proxy change (saved before), the `kubepods` and `k8s.io` cgroups,
+and the host paths the programs hard-code (/var/log/pods, /var/lib/kubelet,
+/run/containerd, ...) when they did not exist before. `leftovers()` lists what is not
+as it was.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.kubernetes.cluster import binaries_dir
+
+NODE_NAME = "real-node"
+NODE_IP = "10.245.0.1"  # on `lo`: the kubelet's and the API server's address
+POD_SUBNET = "10.244.0.0/24"
+POD_GATEWAY = "10.244.0.1"
+SERVICE_IP_RANGE = "10.96.0.0/24"
+BRIDGE = "edlnb0"
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+BUILD_COMMAND = "make test-node  (tests/kubernetes/build_node.sh and build_node_images.sh)"
+REFUSING_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, connects fail
+
+# What the kubelet sets at start (container_manager_linux.go) and kube-proxy in iptables
+# mode (route_localnet; conntrack's are left alone by its flags), and the bridge plugin
+# (ip_forward): saved before, restored after.
+SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+    "net/ipv4/ip_forward",
+    "net/ipv4/conf/all/route_localnet",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/netfilter/nf_conntrack_max",
+)
+# Paths outside the node's own directory that the programs hard-code.
+HOST_PATHS = (
+    "/var/log/pods",
+    "/var/log/containers",
+    "/var/lib/kubelet",  # device-plugins/
+    "/run/containerd",  # the shims' sockets (s/)
+    "/var/lib/cni",  # libcni's result cache
+    "/run/netns",
+    "/opt/containerd",
+    "/usr/libexec/kubernetes",
+    "/var/lib/dockershim",
+)
+CGROUPS = ("kubepods", "k8s.io")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROCESS_NAMES = (
+    "containerd",
+    "containerd-shim",
+    "containerd-shim-runc-v2",
+    "kubelet",
+    "kube-proxy",
+    "kube-scheduler",
+    "pause",
+)
+
+
+def job_image_name() -> str:
+    """The image a job's pods use unless told otherwise."""
+    from elasticdl_nb.spec import JobSpec
+
+    (field,) = [f for f in dataclasses.fields(JobSpec) if f.name == "image"]
+    return field.default
+
+
+def node_images() -> dict[str, str]:
+    """images.env of build_node_images.sh: PAUSE_IMAGE, PAUSE_ARCHIVE, JOB_IMAGE, ..."""
+    root = os.environ.get("ELASTICDL_NB_CACHE") or str(Path.home() / ".cache" / "elasticdl-nb")
+    path = Path(root) / "node-images" / "images.env"
+    if not path.exists():
+        raise NodeImagesMissing(f"no {path}: build the node images once with {BUILD_COMMAND}")
+    out = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+class NodeImagesMissing(RuntimeError):
+    pass
+
+
+class NodeStartError(RuntimeError):
+    pass
+
+
+def _run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _proc_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _kill(pids, sig=signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _mounts() -> list[str]:
+    """Mount points, in mount order."""
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4]
+        points.append(point.encode().decode("unicode_escape"))  # \040 etc.
+    return points
+
+
+def _kube_chains(binary: str) -> dict[str, list[str]]:
+    """{table: [KUBE-* chains]} of iptables or ip6tables."""
+    out: dict[str, list[str]] = {}
+    for table in ("filter", "nat", "mangle", "raw"):
+        save = _run(f"{binary}-save", "-t", table, check=False)
+        chains = [ln[1:].split()[0] for ln in save.stdout.splitlines() if ln.startswith(":KUBE-")]
+        if chains:
+            out[table] = chains
+    return out
+
+
+def _remove_kube_chains(binary: str) -> None:
+    for table in ("filter", "nat", "mangle", "raw"):
+        save = _run(f"{binary}-save", "-t", table, check=False).stdout.splitlines()
+        chains = [ln[1:].split()[0] for ln in save if ln.startswith(":KUBE-")]
+        if not chains:
+            continue
+        # Jumps into them from the built-in chains first, then the chains themselves.
+        for line in save:
+            if line.startswith("-A ") and not line.split()[1].startswith("KUBE-"):
+                words = shlex.split(line)
+                if any(w.startswith("KUBE-") for w in words[2:]):
+                    _run(binary, "-t", table, "-D", *words[1:], check=False)
+        for chain in chains:
+            _run(binary, "-t", table, "-F", chain, check=False)
+        for chain in chains:
+            _run(binary, "-t", table, "-X", chain, check=False)
+
+
+class RealNode:
+    """See the module's docstring. `prepare()`, start the cluster with
+    `cluster_options()`, `start(cluster)`; `stop()`. After `start()`: `name`, `ip`,
+    `timings` (seconds: containerd, images, ready, total), `logs` (a dir of
+    containerd.log, kubelet.log, kube-scheduler.log, kube-proxy.log)."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        logs: Path | str | None = None,
+        name: str = NODE_NAME,
+        ip: str = NODE_IP,
+        bin_dir: Path | None = None,
+    ):
+        self.name = name
+        self.ip = ip
+        self.bin_dir = Path(bin_dir) if bin_dir else binaries_dir()
+        self.token = secrets.token_hex(16)
+        self._logs_given = Path(logs) if logs else None
+        self.dir: Path | None = None  # short: unix socket paths must fit 108 bytes
+        self.logs: Path | None = None
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.timings: dict[str, float] = {}
+        self.images: dict[str, str] = {}
+        self._before: dict | None = None
+        self._import: subprocess.Popen | None = None  # ctr import of the job image
+        self._added: list[str] = []  # host changes made, for stop(): lo, bridge, route
+        self._stopped = False
+
+    # --- what the cluster needs -------------------------------------------------------
+
+    def cluster_options(self) -> dict:
+        """Keyword arguments of TestCluster for this node."""
+        return dict(
+            address=self.ip,
+            service_ip_range=SERVICE_IP_RANGE,
+            real_nodes=True,
+            extra_tokens=((self.token, f"system:node:{self.name}", "system:nodes"),),
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def prepare(self) -> RealNode:
+        """Check the machine is free, save what will change, add NODE_IP to `lo`, the
+        bridge and the `unreachable` route of the Service range. Idempotent."""
+        if self._before is not None:
+            return self
+        self._check()
+        self.dir = Path(tempfile.mkdtemp(prefix="edl-node-", dir="/tmp"))
+        self.logs = self._logs_given or self.dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._before = {
+            "sysctls": {k: v for k in SYSCTLS if (v := _read(f"/proc/sys/{k}")) is not None},
+            "paths": [p for p in HOST_PATHS if os.path.lexists(p)],
+            "shim_sockets": sorted(os.listdir("/run/containerd/s"))
+            if os.path.isdir("/run/containerd/s")
+            else [],
+        }
+        (self.dir / "before.json").write_text(json.dumps(self._before, indent=2))
+        atexit.register(self.stop)
+        _run("ip", "addr", "add", f"{self.ip}/32", "dev", "lo")
+        self._added.append("lo")
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+        self._added.append("bridge")
+        _run("ip", "addr", "add", f"{POD_GATEWAY}/{POD_SUBNET.split('/')[1]}", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+        _run("ip", "route", "add", "unreachable", SERVICE_IP_RANGE)
+        self._added.append("route")
+        return self
+
+    def start(self, cluster, timeout: float = 240) -> RealNode:
+        t0 = time.monotonic()
+        self.prepare()
+        self.cluster = cluster
+        self.images = node_images()
+        try:
+            self._start_containerd(t0 + 30)
+            self.timings["containerd"] = time.monotonic() - t0
+            _run(*self._ctr("images", "import", self.images["PAUSE_ARCHIVE"]), timeout=60)
+            # The job image (~2 GB) is imported while the kubelet registers.
+            job_import = self._import = subprocess.Popen(
+                self._ctr("images", "import", self.images["JOB_ARCHIVE"]),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            self._write_cni_config()
+            self._start_kubelet()
+            self._spawn(
+                "kube-scheduler",
+                [
+                    f"--kubeconfig={cluster.admin_kubeconfig}",
+                    "--leader-elect=false",
+                    "--port=0",  # no insecure serving
+                    "--secure-port=0",
+                ],
+            )
+            self._spawn(
+                "kube-proxy",
+                [
+                    f"--kubeconfig={cluster.admin_kubeconfig}",
+                    f"--hostname-override={self.name}",
+                    f"--bind-address={self.ip}",
+                    "--proxy-mode=iptables",
+                    f"--cluster-cidr={POD_SUBNET}",
+                    "--healthz-port=0",  # metrics stay on 127.0.0.1:10249 (may not be off)
+                    # Leave the conntrack sysctls as they are.
+                    "--conntrack-max-per-core=0",
+                    "--conntrack-tcp-timeout-established=0",
+                    "--conntrack-tcp-timeout-close-wait=0",
+                    "--v=2",
+                ],
+            )
+            self._wait_ready(t0 + timeout)
+            self.timings["ready"] = time.monotonic() - t0
+            out, _ = job_import.communicate(timeout=max(1, t0 + timeout - time.monotonic()))
+            if job_import.returncode != 0:
+                raise NodeStartError(f"ctr import of the job image failed:\n{out}")
+            _run(*self._ctr("images", "tag", self.images["JOB_IMAGE"], self.job_image_ref()))
+            self.timings["images"] = time.monotonic() - t0
+        except BaseException as exc:
+            tails = self.tails()
+            self.stop()
+            if isinstance(exc, Exception):
+                raise NodeStartError(f"the real node did not start: {exc}\n{tails}") from exc
+            raise
+        self.timings["total"] = time.monotonic() - t0
+        return self
+
+    def job_image_ref(self) -> str:
+        """The job image's default name as containerd's CRI knows it."""
+        name = job_image_name()
+        first = name.split("/")[0]
+        if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
+            name = f"docker.io/{name if '/' in name else 'library/' + name}"
+        return name
+
+    def stop(self) -> list[str]:
+        """Undo everything start() and prepare() did; returns what could not be undone
+        (also printed). Safe to call again and from atexit."""
+        if self._stopped or self._before is None:
+            return []
+        self._stopped = True
+        problems: list[str] = []
+
+        def step(what, fn, *args, **kwargs):
+            try:
+                fn(*args, **kwargs)
+            except Exception as exc:  # carry on: undo as much as possible
+                problems.append(f"{what}: {exc}")
+
+        if self._import is not None and self._import.poll() is None:
+            self._import.kill()
+            self._import.wait()
+        for name in ("kubelet", "kube-proxy", "kube-scheduler"):
+            step(f"stop {name}", self._stop_process, name)
+        step("kill the containers", self._kill_cgroup_processes)
+        step("kill the shims", self._kill_shims)
+        step("stop containerd", self._stop_process, "containerd")
+        step("unmount", self._unmount)
+        step("kube-proxy --cleanup", self._kube_proxy_cleanup)
+        for binary in ("iptables", "ip6tables"):
+            step(f"{binary} KUBE-* chains", _remove_kube_chains, binary)
+        if "route" in self._added:
+            step("route", _run, "ip", "route", "del", "unreachable", SERVICE_IP_RANGE)
+        if "bridge" in self._added:
+            step("bridge", _run, "ip", "link", "del", BRIDGE)
+        if "lo" in self._added:
+            step("lo address", _run, "ip", "addr", "del", f"{self.ip}/32", "dev", "lo")
+        step("sysctls", self._restore_sysctls)
+        step("cgroups", self._remove_cgroups)
+        step("host paths", self._remove_host_paths)
+        if self._logs_given is None and self.dir is not None:
+            # Keep the logs (small) beside nothing else; the rest goes.
+            keep = Path(tempfile.mkdtemp(prefix="edl-node-logs-"))
+            step("logs", shutil.copytree, self.logs, keep, dirs_exist_ok=True)
+            self.logs = keep
+        if self.dir is not None:
+            step("node dir", shutil.rmtree, self.dir)
+        if problems:
+            print("RealNode.stop could not undo:\n  " + "\n  ".join(problems))
+        return problems
+
+    # --- information --------------------------------------------------------------------
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = (self.logs or Path("/nonexistent")) / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def tails(self, lines: int = 25) -> str:
+        """The ends of the node's logs, and each one's last error lines: for failure
+        messages."""
+        parts = []
+        for name in ("kubelet", "containerd", "kube-proxy", "kube-scheduler"):
+            path = (self.logs or Path("/nonexistent")) / f"{name}.log"
+            if not path.exists():
+                continue
+            text = path.read_text(errors="replace").splitlines()
+            errors = [ln for ln in text if ln.startswith("E") or "level=error" in ln][-10:]
+            parts.append(f"--- {name}.log: last errors\n" + "\n".join(errors))
+            parts.append(f"--- {name}.log: last {lines} lines\n" + "\n".join(text[-lines:]))
+        return "\n".join(parts)
+
+    def leftovers(self) -> list[str]:
+        """What is not as before prepare() (empty when the machine is clean)."""
+        out = []
+        for pid in _pids():
+            cmd = _proc_cmdline(pid)
+            if cmd and Path(cmd[0]).name in PROCESS_NAMES:
+                out.append(f"process {pid}: {' '.join(cmd)[:120]}")
+        for binary in ("iptables", "ip6tables"):
+            for table, chains in _kube_chains(binary).items():
+                out.append(f"{binary} -t {table}: {', '.join(chains)}")
+        if Path(f"/sys/class/net/{BRIDGE}").exists():
+            out.append(f"bridge {BRIDGE}")
+        if f"inet {self.ip}/" in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
+            out.append(f"{self.ip} on lo")
+        if "unreachable" in _run("ip", "route", "show", SERVICE_IP_RANGE).stdout:
+            out.append(f"route unreachable {SERVICE_IP_RANGE}")
+        for key, value in (self._before or {}).get("sysctls", {}).items():
+            now = _read(f"/proc/sys/{key}")
+            if now != value:
+                out.append(f"sysctl {key} = {now}, was {value}")
+        for cgroup in self._cgroup_dirs():
+            out.append(f"cgroup {cgroup}")
+        before = set((self._before or {}).get("paths", HOST_PATHS))
+        out += [f"path {p}" for p in HOST_PATHS if os.path.lexists(p) and p not in before]
+        if self.dir is not None:
+            out += [f"mount {m}" for m in _mounts() if m.startswith(str(self.dir))]
+            if self.dir.exists():
+                out.append(f"dir {self.dir}")
+        return out
+
+    # --- the processes ------------------------------------------------------------------
+
+    def _check(self) -> None:
+        missing = [b for b in NODE_BINARIES if not os.access(self.bin_dir / b, os.X_OK)]
+        missing += [b for b in ("containerd", "ctr", "runc") if not shutil.which(b)]
+        if missing:
+            raise NodeStartError(
+                f"real-node programs missing: {', '.join(missing)}. Build them once with "
+                f"{BUILD_COMMAND}"
+            )
+        node_images()
+        # Before prepare() nothing is compared with a saved state: what is listed is
+        # another node's, running or left by a killed one.
+        busy = [x for x in self.leftovers() if not x.startswith(("sysctl", "path ", "dir "))]
+        if busy:
+            raise NodeStartError(
+                "the machine is not free for a real node (another one running, or the "
+                "leftovers of one that was killed): " + "; ".join(busy)
+            )
+
+    def _ctr(self, *args: str) -> list[str]:
+        return ["ctr", "--address", str(self.socket), "-n", "k8s.io", *args]
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "containerd" / "containerd.sock"
+
+    def _spawn(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+        exe = name if name == "containerd" else str(self.bin_dir / name)
+        log = open(self.logs / f"{name}.log", "wb")
+        proc = subprocess.Popen(
+            [exe, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def _stop_process(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def _start_containerd(self, deadline: float) -> None:
+        d = self.dir / "containerd"
+        (d / "cni").mkdir(parents=True)
+        pause = self.images["PAUSE_IMAGE"]
+        (d / "config.toml").write_text(
+            f"""version = 2
+root = "{d / "root"}"
+state = "{d / "state"}"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{self.socket}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d / "cni"}"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      Root = "{d / "state" / "runc"}"
+"""
+        )
+        proxy = {
+            k: REFUSING_PROXY for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+        }
+        proc = self._spawn(
+            "containerd", ["--config", str(d / "config.toml")], env={**proxy, "NO_PROXY": ""}
+        )
+        while _run(*self._ctr("version"), check=False, timeout=10).returncode != 0:
+            if proc.poll() is not None:
+                raise NodeStartError(
+                    f"containerd exited with {proc.returncode}:\n{self.log_tail('containerd')}"
+                )
+            if time.monotonic() > deadline:
+                raise NodeStartError("containerd did not answer in time")
+            time.sleep(0.1)
+
+    def _write_cni_config(self) -> None:
+        conf = {
+            "cniVersion": "0.4.0",
+            "name": "elasticdl-nb-pods",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    "isGateway": True,  # the bridge has the gateway address
+                    "ipMasq": False,  # no NAT beyond the machine: there is no beyond
+                    "hairpinMode": True,  # a pod reaches itself through its Service
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY}]],
+                        "routes": [{"dst": SERVICE_IP_RANGE}],  # and no default route
+                        "dataDir": str(self.dir / "cni-ipam"),
+                    },
+                }
+            ],
+        }
+        path = self.dir / "containerd" / "cni" / "10-elasticdl-nb.conflist"
+        path.write_text(json.dumps(conf, indent=2))
+
+    def _start_kubelet(self) -> None:
+        c = self.cluster
+        kubeconfig = self.dir / "kubelet.kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "node",
+                    "clusters": [
+                        {
+                            "name": "test",
+                            "cluster": {
+                                "server": c.server,
+                                "certificate-authority": str(c.ca_file),
+                            },
+                        }
+                    ],
+                    "users": [{"name": "node", "user": {"token": self.token}}],
+                    "contexts": [{"name": "node", "context": {"cluster": "test", "user": "node"}}],
+                }
+            )
+        )
+        kubeconfig.chmod(0o600)
+        root = self.dir / "kubelet"
+        (self.dir / "resolv.conf").write_text("")  # pods get no name server from afar
+        self._spawn(
+            "kubelet",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={root}",
+                f"--seccomp-profile-root={root / 'seccomp'}",
+                f"--volume-plugin-dir={self.dir / 'volume-plugins'}",
+                "--container-runtime=remote",
+                f"--container-runtime-endpoint=unix://{self.socket}",
+                "--cgroup-driver=cgroupfs",
+                "--fail-swap-on=false",
+                "--network-plugin=cni",
+                "--cni-bin-dir=/usr/lib/cni",
+                f"--cni-conf-dir={self.dir / 'containerd' / 'cni'}",
+                f"--pod-infra-container-image={self.images['PAUSE_IMAGE']}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.ip}",
+                f"--address={self.ip}",
+                "--healthz-port=0",
+                "--read-only-port=0",
+                f"--resolv-conf={self.dir / 'resolv.conf'}",
+                "--image-gc-high-threshold=100",
+                "--image-gc-low-threshold=99",
+                "--eviction-hard=memory.available<1Mi,nodefs.available<1%,"
+                "imagefs.available<1%,nodefs.inodesFree<1%",
+                "--max-pods=50",
+                "--v=2",
+            ],
+            # The credential lookup may otherwise ask the cloud metadata address.
+            env={"AWS_EC2_METADATA_DISABLED": "true"},
+        )
+
+    def _wait_ready(self, deadline: float) -> None:
+        while True:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise NodeStartError(
+                        f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}"
+                    )
+            status, node = self.cluster.request(f"/api/v1/nodes/{self.name}")
+            if status == 200:
+                ready = any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in node.get("status", {}).get("conditions", [])
+                )
+                if ready and not node.get("spec", {}).get("taints"):
+                    return
+            if time.monotonic() > deadline:
+                raise NodeStartError(f"node {self.name} not Ready and untainted in time")
+            time.sleep(0.2)
+
+    # --- undoing ------------------------------------------------------------------------
+
+    def _cgroup_dirs(self) -> list[Path]:
+        out = []
+        for controller in sorted(CGROUP_ROOT.iterdir()) if CGROUP_ROOT.is_dir() else ():
+            for name in CGROUPS:
+                if (controller / name).is_dir():
+                    out.append(controller / name)
+        return out
+
+    def _kill_cgroup_processes(self) -> None:
+        """Every process in the pods' cgroups: the containers (their shims may be gone)."""
+        for _ in range(50):
+            pids = set()
+            for top in self._cgroup_dirs():
+                for procs in top.rglob("cgroup.procs"):
+                    pids.update(int(p) for p in (_read(procs) or "").split())
+            if not pids:
+                return
+            _kill(pids)
+            time.sleep(0.1)
+        raise RuntimeError(f"processes stay in the pods' cgroups: {sorted(pids)}")
+
+    def _kill_shims(self) -> None:
+        sock = str(self.socket)
+        for _ in range(50):
+            shims = [p for p in _pids() if sock in _proc_cmdline(p)]
+            if not shims:
+                return
+            _kill(shims)
+            time.sleep(0.1)
+        raise RuntimeError(f"shims stay: {shims}")
+
+    def _unmount(self) -> None:
+        """What the node mounted: all under its dir (rootfs overlays, shm, network
+        namespaces, volumes), and under /var/lib/kubelet if that is new."""
+        roots = [str(self.dir)]
+        if "/var/lib/kubelet" not in self._before["paths"]:
+            roots.append("/var/lib/kubelet")
+        for _ in range(3):
+            points = [m for m in _mounts() if any(m == r or m.startswith(r + "/") for r in roots)]
+            if not points:
+                return
+            for point in reversed(points):
+                if _run("umount", point, check=False).returncode != 0:
+                    _run("umount", "-l", point, check=False)
+        left = [m for m in _mounts() if any(m.startswith(r) for r in roots)]
+        if left:
+            raise RuntimeError(f"still mounted: {left}")
+
+    def _kube_proxy_cleanup(self) -> None:
+        if not os.access(self.bin_dir / "kube-proxy", os.X_OK):
+            return
+        done = _run(str(self.bin_dir / "kube-proxy"), "--cleanup", check=False)
+        if self.logs is not None:
+            (self.logs / "kube-proxy-cleanup.log").write_text(done.stdout + done.stderr)
+
+    def _restore_sysctls(self) -> None:
+        failed = []
+        for key, value in self._before["sysctls"].items():
+            if _read(f"/proc/sys/{key}") != value:
+                try:
+                    Path(f"/proc/sys/{key}").write_text(value)
+                except OSError as exc:
+                    failed.append(f"{key}={value}: {exc}")
+        if failed:
+            raise RuntimeError(", ".join(failed))
+
+    def _remove_cgroups(self) -> None:
+        for top in self._cgroup_dirs():
+            dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            for d in [*dirs, top]:
+                with contextlib.suppress(FileNotFoundError):
+                    d.rmdir()
+
+    def _remove_host_paths(self) -> None:
+        for path in HOST_PATHS:
+            if path in self._before["paths"]:
+                if path == "/run/containerd" and os.path.isdir("/run/containerd/s"):
+                    # Only the shims' sockets made since.
+                    for s in set(os.listdir("/run/containerd/s")) - set(
+                        self._before["shim_sockets"]
+                    ):
+                        with contextlib.suppress(OSError):
+                            os.unlink(f"/run/containerd/s/{s}")
+                continue
+            if os.path.islink(path) or os.path.isfile(path):
+                os.unlink(path)
+            elif os.path.isdir(path):
+                shutil.rmtree(path)
+
+
+def main() -> None:
+    """`python -m tests.kubernetes.node [--hold]`: start a cluster and a node, print the
+    timings, (with --hold: wait for Ctrl-C, printing the admin kubeconfig), stop both and
+    print what is left on the machine."""
+    import sys
+
+    from tests.kubernetes.cluster import TestCluster
+
+    node = RealNode().prepare()
+    cluster = TestCluster(**node.cluster_options())
+    try:
+        cluster.start()
+        node.start(cluster)
+        print(f"node Ready: {node.timings}; cluster {cluster.start_seconds:.1f} s")
+        if "--hold" in sys.argv:
+            print(f"KUBECONFIG={cluster.admin_kubeconfig}; Ctrl-C stops")
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+    finally:
+        problems = node.stop()
+        cluster.stop()
+        print(f"logs in {node.logs}; not undone: {problems}; left: {node.leftovers()}")
+
+
+if __name__ == "__main__":
+    main()
