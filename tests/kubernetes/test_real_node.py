@@ -50,8 +50,11 @@ def real_node(tmp_path_factory):
         raise
     print(f"\nreal node up: {node.timings} (cluster {cluster.start_seconds:.1f} s); logs {logs}")
     yield node
+    t0 = time.monotonic()
     problems = node.stop()
+    t1 = time.monotonic()
     cluster.stop()
+    print(f"\nnode stopped in {t1 - t0:.1f} s, cluster in {time.monotonic() - t1:.1f} s")
     left = node.leftovers()
     assert not problems and not left, f"not undone: {problems}; left on the machine: {left}"
 
@@ -288,5 +291,9 @@ def test_a_notebook_cell_trains_on_the_real_node(
                and e.data["kind"] == "running"}  # fmt: skip
     assert {("worker", 0), ("worker", 1), ("ps", 0)} <= running, why
     # The notebook is outside the pod network: it reached the master by port-forward.
-    route = getattr(job._link, "_route", None)
-    assert route is None or route.startswith("127.0.0.1:"), route
+    link = job._link
+    try:
+        assert link._route and link._route.startswith("127.0.0.1:"), link._route
+    finally:
+        if link._forward is not None:  # before the API server goes, at the session's end
+            link._forward.close()
