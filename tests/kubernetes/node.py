@@ -284,11 +284,16 @@ class RealNode:
                 text=True,
             )
             self._write_cni_config()
+            # The scheduler and kube-proxy act as the admin, with a copy of its kubeconfig
+            # in the node's dir: every process of the node names that dir on its command
+            # line, which is how `clean()` finds them after a crash.
+            admin = self.dir / "admin.kubeconfig"
+            shutil.copy(cluster.admin_kubeconfig, admin)
             self._start_kubelet()
             self._spawn(
                 "kube-scheduler",
                 [
-                    f"--kubeconfig={cluster.admin_kubeconfig}",
+                    f"--kubeconfig={admin}",
                     "--leader-elect=false",
                     "--port=0",  # no insecure serving
                     "--secure-port=0",
@@ -297,7 +302,7 @@ class RealNode:
             self._spawn(
                 "kube-proxy",
                 [
-                    f"--kubeconfig={cluster.admin_kubeconfig}",
+                    f"--kubeconfig={admin}",
                     f"--hostname-override={self.name}",
                     f"--bind-address={self.ip}",
                     "--proxy-mode=iptables",
@@ -326,6 +331,33 @@ class RealNode:
         self.timings["total"] = time.monotonic() - t0
         return self
 
+    @classmethod
+    def clean(cls) -> list[str]:
+        """Undo the nodes of runs that died without stop() (SIGKILL; atexit never ran),
+        from the state each saved in /tmp/edl-node-*/before.json. Returns what could not
+        be undone."""
+        problems = []
+        for saved in sorted(Path("/tmp").glob("edl-node-*/before.json")):
+            node = cls()
+            node.dir = saved.parent
+            node.logs = node.dir / "logs"
+            node._before = json.loads(saved.read_text())
+            node._added = [
+                what
+                for what, there in (
+                    ("lo", f"inet {node.ip}/" in _run("ip", "addr", "show", "dev", "lo").stdout),
+                    ("bridge", Path(f"/sys/class/net/{BRIDGE}").exists()),
+                    (
+                        "route",
+                        "unreachable" in _run("ip", "route", "show", SERVICE_IP_RANGE).stdout,
+                    ),
+                )
+                if there
+            ]
+            print(f"cleaning up after the node of {node.dir}")
+            problems += node.stop()
+        return problems
+
     def job_image_ref(self) -> str:
         """The job image's default name as containerd's CRI knows it."""
         name = job_image_name()
@@ -353,9 +385,11 @@ class RealNode:
             self._import.wait()
         for name in ("kubelet", "kube-proxy", "kube-scheduler"):
             step(f"stop {name}", self._stop_process, name)
+        step("kill what names the node's dir", self._kill_naming, "kubelet", "kube-")
         step("kill the containers", self._kill_cgroup_processes)
         step("kill the shims", self._kill_shims)
         step("stop containerd", self._stop_process, "containerd")
+        step("kill what names the node's dir", self._kill_naming)
         step("unmount", self._unmount)
         step("kube-proxy --cleanup", self._kube_proxy_cleanup)
         for binary in ("iptables", "ip6tables"):
@@ -449,7 +483,8 @@ class RealNode:
         if busy:
             raise NodeStartError(
                 "the machine is not free for a real node (another one running, or the "
-                "leftovers of one that was killed): " + "; ".join(busy)
+                "leftovers of one that was killed): " + "; ".join(busy) + ". When no other "
+                "runs, `python -m tests.kubernetes.node --clean` removes a killed one's."
             )
 
     def _ctr(self, *args: str) -> list[str]:
@@ -651,6 +686,25 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             time.sleep(0.1)
         raise RuntimeError(f"processes stay in the pods' cgroups: {sorted(pids)}")
 
+    def _kill_naming(self, *names: str) -> None:
+        """SIGKILL the processes (whose program starts with one of `names`, if given)
+        with the node's dir on their command line: what a crashed run left."""
+        mine = str(self.dir)
+        for _ in range(50):
+            pids = [
+                p
+                for p in _pids()
+                if p != os.getpid()
+                and (cmd := _proc_cmdline(p))
+                and any(mine in a for a in cmd)
+                and (not names or Path(cmd[0]).name.startswith(names))
+            ]
+            if not pids:
+                return
+            _kill(pids)
+            time.sleep(0.1)
+        raise RuntimeError(f"processes stay: {pids}")
+
     def _kill_shims(self) -> None:
         sock = str(self.socket)
         for _ in range(50):
@@ -723,10 +777,16 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 def main() -> None:
     """`python -m tests.kubernetes.node [--hold]`: start a cluster and a node, print the
     timings, (with --hold: wait for Ctrl-C, printing the admin kubeconfig), stop both and
-    print what is left on the machine."""
+    print what is left on the machine. `--clean`: undo the nodes of killed runs."""
     import sys
 
     from tests.kubernetes.cluster import TestCluster
+
+    if "--clean" in sys.argv:
+        problems = RealNode.clean()
+        left = RealNode().leftovers()
+        print(f"not undone: {problems}; left: {left}")
+        sys.exit(1 if problems or left else 0)
 
     node = RealNode().prepare()
     cluster = TestCluster(**node.cluster_options())
