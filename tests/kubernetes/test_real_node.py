@@ -12,7 +12,9 @@ cluster for the node, on the node's address and Service range.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import textwrap
 import time
 import uuid
@@ -160,6 +162,11 @@ CLIENT = textwrap.dedent(
         headers={"Authorization": "Bearer " + open(sa + "token").read()})
     status, body = get(req, context=ssl.create_default_context(cafile=sa + "ca.crt"))
     print("api", status, json.loads(body)["gitVersion"])
+    import errno, socket
+    s = socket.socket()
+    s.settimeout(3)
+    code = s.connect_ex(("203.0.113.1", 80))  # TEST-NET-3: anywhere beyond this machine
+    print("beyond", errno.errorcode.get(code, code))
     """
 )
 
@@ -206,6 +213,12 @@ def test_a_service_ip_reaches_a_pod_and_a_pod_reaches_the_api_server_by_its_serv
     assert pod.status.phase == "Succeeded", tails
     assert "service 200" in log, tails
     assert "api 200 v1.20.2" in log, tails
+    # Nothing leaves the machine: a pod has no route beyond the Service range, and the
+    # host none to the Service range (so an address no Service holds goes nowhere).
+    assert "beyond ENETUNREACH" in log, tails
+    with pytest.raises(OSError) as refused:
+        socket.create_connection(("10.96.0.250", 80), timeout=3)
+    assert refused.value.errno == errno.EHOSTUNREACH, refused.value
 
 
 def test_port_forward_through_the_api_server_reaches_a_pod_port(
