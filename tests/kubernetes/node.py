@@ -273,6 +273,7 @@ class RealNode:
         self.cluster = cluster
         self.images = node_images()
         try:
+            self._write_cni_config()  # first: containerd loads it at start
             self._start_containerd(t0 + 30)
             self.timings["containerd"] = time.monotonic() - t0
             _run(*self._ctr("images", "import", self.images["PAUSE_ARCHIVE"]), timeout=60)
@@ -283,7 +284,6 @@ class RealNode:
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            self._write_cni_config()
             # The scheduler and kube-proxy act as the admin, with a copy of its kubeconfig
             # in the node's dir: every process of the node names that dir on its command
             # line, which is how `clean()` finds them after a crash.
@@ -522,7 +522,7 @@ class RealNode:
 
     def _start_containerd(self, deadline: float) -> None:
         d = self.dir / "containerd"
-        (d / "cni").mkdir(parents=True)
+        (d / "cni").mkdir(parents=True, exist_ok=True)
         pause = self.images["PAUSE_IMAGE"]
         (d / "config.toml").write_text(
             f"""version = 2
@@ -584,6 +584,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             ],
         }
         path = self.dir / "containerd" / "cni" / "10-elasticdl-nb.conflist"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(conf, indent=2))
 
     def _start_kubelet(self) -> None:
