@@ -97,3 +97,14 @@ def job_namespace(k8s_cluster, k8s_admin_client, k8s_namespace, k8s_kubelet):
 
     wait_for(master_account_has_its_token, 30, "the master service account's token")
     return k8s_namespace
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test on the real node (test_real_node.py) shows the node's logs: the
+    ends and last errors of kubelet, containerd, kube-proxy and kube-scheduler."""
+    outcome = yield
+    report = outcome.get_result()
+    node = getattr(item, "funcargs", {}).get("real_node")
+    if report.failed and node is not None:
+        report.sections.append(("real node logs", node.tails()))

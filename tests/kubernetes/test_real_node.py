@@ -7,7 +7,9 @@ and `make test-node` done), e.g.
     ELASTICDL_NB_REAL_NODE=1 .venv/bin/python -m pytest -v tests/kubernetes/test_real_node.py
 
 The session's cluster (`k8s_cluster`) is not touched: this module starts a second
-cluster for the node, on the node's address and Service range.
+cluster for the node, on the node's address and Service range. A failed test shows the
+node's logs (conftest's pytest_runtest_makereport). After a run killed without its
+teardown, `python -m tests.kubernetes.node --clean` undoes the node.
 """
 
 from __future__ import annotations
@@ -98,17 +100,15 @@ def pod_manifest(name: str, command: list[str], **spec) -> dict:
 
 
 def wait_phase(core, node, namespace: str, name: str, phases, timeout: float = 60):
-    """The pod once its phase is one of `phases`; on timeout, its status and the node's
-    logs in the failure."""
+    """The pod once its phase is one of `phases`; on timeout, its status in the failure
+    (the node's logs come with every failure: conftest's pytest_runtest_makereport)."""
     deadline = time.monotonic() + timeout
     while True:
         pod = core.read_namespaced_pod(name, namespace)
         if pod.status.phase in phases:
             return pod
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"pod {name} not {phases} after {timeout} s: {pod.status}\n{node.tails()}"
-            )
+            raise AssertionError(f"pod {name} not {phases} after {timeout} s: {pod.status}")
         time.sleep(0.1)
 
 
@@ -131,8 +131,8 @@ def test_a_pod_of_the_job_image_runs_as_uid_1000_and_its_log_is_read_through_the
     pod = wait_phase(core, real_node, real_namespace, "who", ("Succeeded", "Failed"))
     log = core.read_namespaced_pod_log("who", real_namespace)
     print(f"pod Running after {running:.1f} s, done after {time.monotonic() - t0:.1f} s")
-    assert pod.status.phase == "Succeeded", f"{pod.status}\nlog: {log}\n{real_node.tails()}"
-    assert "uid=1000" in log and "edl ok" in log, f"log: {log!r}\n{real_node.tails()}"
+    assert pod.status.phase == "Succeeded", f"{pod.status}\nlog: {log}"
+    assert "uid=1000" in log and "edl ok" in log, f"log: {log!r}"
     (status,) = pod.status.container_statuses
     assert status.container_id.startswith("containerd://"), status
     assert pod.spec.node_name == real_node.name
@@ -209,7 +209,7 @@ def test_a_service_ip_reaches_a_pod_and_a_pod_reaches_the_api_server_by_its_serv
     )
     pod = wait_phase(core, real_node, real_namespace, "client", ("Succeeded", "Failed"), 90)
     log = core.read_namespaced_pod_log("client", real_namespace)
-    tails = f"client log:\n{log}\n{real_node.tails()}\n{real_node.log_tail('kube-proxy', 40)}"
+    tails = f"client log:\n{log}\nkube-proxy:\n{real_node.log_tail('kube-proxy', 40)}"
     assert pod.status.phase == "Succeeded", tails
     assert "service 200" in log, tails
     assert "api 200 v1.20.2" in log, tails
@@ -241,7 +241,7 @@ def test_port_forward_through_the_api_server_reaches_a_pod_port(
         reply += chunk
     sock.close()
     print(f"port-forward reply in {time.monotonic() - t0:.1f} s")
-    assert reply.startswith(b"HTTP/1.0 200"), f"{reply[:300]!r}\n{real_node.tails()}"
+    assert reply.startswith(b"HTTP/1.0 200"), f"{reply[:300]!r}"
 
 
 def test_a_notebook_cell_trains_on_the_real_node(
@@ -289,7 +289,7 @@ def test_a_notebook_cell_trains_on_the_real_node(
         master_log = core.read_namespaced_pod_log(master, real_namespace, tail_lines=40)
     except Exception as exc:  # noqa: BLE001 - only for the message
         master_log = f"(no log: {exc})"
-    why = f"{status}\nmaster log:\n{master_log}\n{real_node.tails()}"
+    why = f"{status}\nmaster log:\n{master_log}"
     print(f"notebook job on the real node: {took:.1f} s")
     assert status["state"] == "succeeded", why
     assert status["metrics"]["accuracy"] >= 0.85, why
