@@ -69,7 +69,7 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 
-test: $(STAMP) $(LABEXT_STAMP) $(CHROMIUM) test-cluster lint
+test: $(STAMP) $(LABEXT_STAMP) $(CHROMIUM) test-cluster test-node lint
 	$(PY) -m pytest -q -p no:cacheprovider; code=$$?; \
 	  if [ $$code -eq 5 ]; then echo "no tests ran: that is a failure"; exit 1; fi; exit $$code
 

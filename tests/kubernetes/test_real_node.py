@@ -1,10 +1,9 @@
 """Pods on a real node (node.py): containerd + runc, kubelet, kube-scheduler and
 kube-proxy beside a test cluster of their own, with the job image `make test-node` builds.
 
-Not part of `make test` yet: these run only with ELASTICDL_NB_REAL_NODE=1 (and root,
-and `make test-node` done), e.g.
+`make test` builds what they need (`make test-node`) and runs them; alone:
 
-    ELASTICDL_NB_REAL_NODE=1 .venv/bin/python -m pytest -v tests/kubernetes/test_real_node.py
+    make test-node && .venv/bin/python -m pytest -v tests/kubernetes/test_real_node.py
 
 The session's cluster (`k8s_cluster`) is not touched: this module starts a second
 cluster for the node, on the node's address and Service range. A failed test shows the
@@ -15,7 +14,6 @@ teardown, `python -m tests.kubernetes.node --clean` undoes the node.
 from __future__ import annotations
 
 import errno
-import os
 import socket
 import textwrap
 import time
@@ -28,10 +26,6 @@ from tests.integration.faults import wait_for
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.kubernetes,
-    pytest.mark.skipif(
-        os.environ.get("ELASTICDL_NB_REAL_NODE") != "1",
-        reason="real-node tests run with ELASTICDL_NB_REAL_NODE=1 (root, `make test-node`)",
-    ),
 ]
 
 
