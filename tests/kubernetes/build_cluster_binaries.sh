@@ -16,6 +16,7 @@
 # Debian ships its source, and golang-go (Go 1.19) builds it. `go build` alone does
 # not work on that tree: the Kubernetes Makefile sets up the GOPATH layout it needs.
 set -euo pipefail
+. "$(dirname "$0")/debian_mirror.sh"
 
 K8S_VERSION=1.20.2
 ETCD_VERSION=3.5.1
@@ -90,11 +91,7 @@ src_dir() { find "$SRC_PARENT" -mindepth 1 -maxdepth 1 -type d -name 'kubernetes
 if [ -z "$(src_dir 2>/dev/null)" ]; then
     step "download Debian's kubernetes source package"
     . /etc/os-release
-    mirror="$(sed -n 's/^URIs:[[:space:]]*\(http[^[:space:]]*\/debian\)\/\?$/\1/p' \
-        /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)"
-    [ -n "$mirror" ] || mirror="$(sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\(http[^[:space:]]*\/debian\)\/\?[[:space:]].*/\2/p' \
-        /etc/apt/sources.list 2>/dev/null | head -1)"
-    [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+    mirror="$(debian_mirror)"
     APT="$ROOT/apt"
     mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$SRC_PARENT"
     echo "deb-src $mirror ${VERSION_CODENAME:-bookworm} main" >"$APT/sources.list"

@@ -25,6 +25,7 @@
 # limit to podman's default), cgroupfs (no systemd). Builds use the host network, so no
 # CNI bridge or iptables rule is made, and mount the host's CA bundle for pip.
 set -euo pipefail
+. "$(dirname "$0")/debian_mirror.sh"
 
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 CACHE_ROOT="${ELASTICDL_NB_CACHE:-$HOME/.cache/elasticdl-nb}"
@@ -183,11 +184,7 @@ save() {  # image archive
 # --- base: debootstrap + podman import -----------------------------------------------
 if [ ! -f "$BASE_ARCHIVE" ]; then
     . /etc/os-release
-    mirror="$(sed -n 's/^URIs:[[:space:]]*\(http[^[:space:]]*\/debian\)\/\?$/\1/p' \
-        /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)"
-    [ -n "$mirror" ] || mirror="$(sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\(http[^[:space:]]*\/debian\)\/\?[[:space:]].*/\2/p' \
-        /etc/apt/sources.list 2>/dev/null | head -1)"
-    [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+    mirror="$(debian_mirror)"
     step "debootstrap $SUITE from $mirror (~2 min)"
     rootfs="$WORK/rootfs"
     $SUDO debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" "$mirror" \
