@@ -100,7 +100,7 @@ $(K8S_BIN):
 test-cluster:
 	bash tests/kubernetes/build_cluster_binaries.sh
 
-# The real test node's binaries and images (issue 15; not yet part of `test`): kubelet,
+# The real test node's binaries and images (part of `test`): kubelet,
 # kube-scheduler, kube-proxy and the static pause binary from the same source as
 # test-cluster, then podman builds of the base (debootstrap), pause and job
 # (deploy/Dockerfile, our wheel) images, exported for containerd. All cached outside the

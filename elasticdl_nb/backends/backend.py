@@ -48,6 +48,11 @@ class MasterLink(Protocol):
         """End the job by force: its master and everything it started."""
         ...
 
+    def read_log(self, role: str, index: int, tail: int | None = None) -> str | None:
+        """A process's log from where the backend itself keeps it, for when `files` has
+        none (the job's volume is not visible here); None when the backend has none."""
+        ...
+
 
 @dataclass(frozen=True)
 class FoundJob:

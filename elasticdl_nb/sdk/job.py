@@ -173,14 +173,23 @@ class Job:
         if role not in set(Role):
             raise UnknownRole(f"No role {role!r}: a job's processes are master, worker and ps.")
         path = self._files.log(role, index)
-        if not path.exists():
-            known = sorted(p.stem for p in self._files.logs.glob("*.log"))
+        if path.exists():
+            text = path.read_text(errors="replace")
+            return "\n".join(text.splitlines()[-tail:]) if tail else text
+        if not self._files.logs.is_dir():  # the job's volume is not visible here
+            text = self._link.read_log(role, index, tail)
+            if text is not None:
+                return text
             raise NoSuchLog(
-                f"No log for {role} {index} of job {self.name!r}; there are "
-                f"logs for: {', '.join(known) or 'nothing yet'}."
+                f"No log for {role} {index} of job {self.name!r} here: its process is "
+                f"gone, and this machine does not see the job's volume, where its log "
+                f"stays ({path.relative_to(self._files.path)})."
             )
-        text = path.read_text(errors="replace")
-        return "\n".join(text.splitlines()[-tail:]) if tail else text
+        known = sorted(p.stem for p in self._files.logs.glob("*.log"))
+        raise NoSuchLog(
+            f"No log for {role} {index} of job {self.name!r}; there are "
+            f"logs for: {', '.join(known) or 'nothing yet'}."
+        )
 
     # ------------------------------------------------------------------ steering
 

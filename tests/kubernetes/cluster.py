@@ -17,9 +17,10 @@ There is no kubelet and no scheduler: pods are stored but never run. A pod with
 For a real node (node.py) the keyword options of `TestCluster` change that: the API
 server on the node's address instead of loopback (pods reach it through the `kubernetes`
 Service, which the API server then fills), a Service range that is not loopback, the
-kubelet reached at the node's InternalIP, the endpoint, endpointslice and nodelifecycle
-controllers (kube-proxy needs endpoints; the node's `not-ready` taint must go), and the
-node's own static token. The defaults are the loopback cluster above.
+kubelet reached at the node's InternalIP, the endpoint, endpointslice, nodelifecycle and
+persistentvolume-binder controllers (kube-proxy needs endpoints; the node's `not-ready`
+taint must go; claims must bind), and the node's own static token. The defaults are the
+loopback cluster above.
 
 Keys and certificates are made with the `openssl` command line, so the tests need no
 extra Python package. Every process logs to `<workdir>/logs/<name>.log`.
@@ -46,9 +47,9 @@ from pathlib import Path
 K8S_VERSION = "1.20.2"
 BUILD_COMMAND = "make test-cluster  (runs tests/kubernetes/build_cluster_binaries.sh)"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
-# Service cluster IPs on loopback (Linux routes all of 127/8 to `lo`): the test kubelet
-# gives a pod its Service's cluster IP as pod IP, so a Service's address is reachable
-# without kube-proxy. The API server takes the first address for the `kubernetes` Service.
+# Service cluster IPs of the node-less cluster: loopback addresses (Linux routes all of
+# 127/8 to `lo`), never used by a pod there. The API server takes the first address for
+# the `kubernetes` Service. A cluster for a real node passes its own range.
 SERVICE_IP_RANGE = "127.1.0.0/16"
 KUBERNETES_SERVICE_IP = "127.1.0.1"
 # Controllers of every test cluster; a cluster for real nodes adds NODE_CONTROLLERS.
@@ -59,7 +60,12 @@ CONTROLLERS = (
     "serviceaccount-token",
     "resourcequota",  # quota usage, without which quota admission refuses all
 )
-NODE_CONTROLLERS = ("endpoint", "endpointslice", "nodelifecycle")
+NODE_CONTROLLERS = (
+    "endpoint",
+    "endpointslice",
+    "nodelifecycle",
+    "persistentvolume-binder",  # a job on a claim (pvc:) whose files the notebook cannot see
+)
 
 
 def first_service_ip(service_ip_range: str) -> str:
@@ -126,7 +132,7 @@ def _make_pki(pki: Path, address: str, service_ip: str) -> None:
         "/CN=kube-apiserver",
         cwd=pki,
     )
-    # The names clients use: loopback (also what pods of the test kubelet use), the
+    # The names clients use: loopback, the
     # address the server listens on, and the in-cluster names and service IP (the first
     # of the service range) of the API service.
     ips = dict.fromkeys(["127.0.0.1", address, service_ip])

@@ -366,6 +366,13 @@ class RealNode:
             name = f"docker.io/{name if '/' in name else 'library/' + name}"
         return name
 
+    def containers(self, namespace: str) -> list[str]:
+        """The containers containerd holds for pods of `namespace` (sandboxes included),
+        running or not: what the kubelet has not removed yet."""
+        selector = f'labels."io.kubernetes.pod.namespace"=={namespace}'
+        listed = _run(*self._ctr("containers", "list", "--quiet", selector)).stdout
+        return listed.split()
+
     def stop(self) -> list[str]:
         """Undo everything start() and prepare() did; returns what could not be undone
         (also printed). Safe to call again and from atexit."""

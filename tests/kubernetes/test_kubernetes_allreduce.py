@@ -1,6 +1,6 @@
-"""The allreduce strategy on the test cluster: worker pods that reduce among themselves
-(no PS pod), a worker pod deleted mid-run while the other pods carry on, and its
-replacement pod joining the group."""
+"""The allreduce strategy on the real node: worker pods (containers of the job image)
+that reduce among themselves (no PS pod), a worker pod deleted mid-run while the other
+pods carry on, and its replacement pod joining the group."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
 
 def test_worker_pods_train_in_a_ring_and_survive_a_deleted_pod_in_place(
-    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+    job_home, job_namespace, real_cluster, real_admin, tmp_path
 ):
     from kubernetes import client
 
-    core = client.CoreV1Api(k8s_admin_client)
+    core = client.CoreV1Api(real_admin)
     rng = fault_rng("kubernetes-allreduce")
     epochs = 25
     (x, y), (xt, yt) = digits_split()
@@ -34,8 +34,7 @@ def test_worker_pods_train_in_a_ring_and_survive_a_deleted_pod_in_place(
         epochs=epochs,
         minibatch_size=32,
         record_ledger=True,
-        worker_resources="cpu=100m,memory=512Mi",
-        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+        **k8s_options(real_cluster, job_namespace, tmp_path),
     )
     at = rng.randint(20, 150)  # minibatches; a step holds three
     wait_for_step(job, at, timeout=300)

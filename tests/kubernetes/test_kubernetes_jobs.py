@@ -1,16 +1,20 @@
-"""Whole jobs on the test cluster: a real API server with RBAC, the test kubelet running
-each pod as a real process, real TensorFlow training.
+"""Whole jobs on the real node (conftest's `real_node`): a real API server with RBAC,
+the real kubelet, scheduler and kube-proxy, each pod a container of the job image, real
+TensorFlow training.
 
 The notebook side acts as the cluster's unprivileged user holding only deploy/rbac.yaml's
-user Role; the master pod acts as the `elasticdl-nb-master` service account with only
-that file's master Role. Faults are what a cluster does: a pod deleted, a worker
-preempted or OOMKilled, the PS pod deleted, the master pod deleted.
+user Role, from outside the pod network (it reaches a master by port-forward); the
+master pod acts as the `elasticdl-nb-master` service account with only that file's
+master Role. Faults are made by the cluster itself: a pod deleted, a worker preempted
+by the scheduler for a higher-priority pod, a worker killed by its cgroup's OOM killer,
+the PS pod deleted, the master pod deleted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -28,7 +32,7 @@ from tests.integration.models import (
     custom_model,
     digits_split,
 )
-from tests.kubernetes.job_pods import k8s_options, pods, running_pod
+from tests.kubernetes.job_pods import SMALL, k8s_options, pods, running_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
@@ -44,8 +48,9 @@ def test_a_notebook_cell_trains_on_kubernetes(
     ipython_shell,
     job_home,
     job_namespace,
-    k8s_cluster,
-    k8s_admin_client,
+    real_node,
+    real_cluster,
+    real_admin,
     tmp_path,
     monkeypatch,
     capsys,
@@ -57,15 +62,25 @@ def test_a_notebook_cell_trains_on_kubernetes(
     shell.user_ns.update(x_train=x, y_train=y, x_test=xt, y_test=yt)
     for name in ("custom_model", "loss", "optimizer", "model", "feed", "eval_metrics_fn"):
         shell.user_ns.pop(name, None)
-    o = k8s_options(k8s_cluster, job_namespace, tmp_path)
+    o = k8s_options(real_cluster, job_namespace, tmp_path)
     line = (
         f"train --backend kubernetes --namespace {o['namespace']} --kubeconfig {o['kubeconfig']}"
-        f" --shared-volume {o['shared_volume']} --workers 2 --epochs 4 --minibatch-size 32"
-        " --data x_train y_train --validation-data x_test y_test -o kjob --wait"
+        f" --shared-volume {o['shared_volume']} --master-resources {SMALL}"
+        f" --worker-resources {SMALL} --ps-resources {SMALL} --workers 2 --epochs 4"
+        " --minibatch-size 32 --data x_train y_train --validation-data x_test y_test"
+        " -o kjob --wait"
     )
     shell.run_cell_magic("elasticdl", line, textwrap.dedent(COMPILED_MODEL))
 
     job = shell.user_ns["kjob"]
+    link = job._link
+    try:
+        # The notebook is outside the pod network: it reached the master by port-forward
+        # through the API server and the kubelet's streaming server.
+        assert link._route and link._route.startswith("127.0.0.1:"), link._route
+    finally:
+        if link._forward is not None:  # before the API server goes, at the session's end
+            link._forward.close()
     status = job.status()
     assert status["state"] == "succeeded", status
     assert status["metrics"]["accuracy"] >= 0.85
@@ -74,11 +89,23 @@ def test_a_notebook_cell_trains_on_kubernetes(
     running = {(e.data["role"], e.data["id"]) for e in events if e.kind == "instance"
                and e.data["kind"] == "running"}  # fmt: skip
     assert {("worker", 0), ("worker", 1), ("ps", 0)} <= running  # from the pods' status
-    core = client.CoreV1Api(k8s_admin_client)
+    # The dashboard's instance table holds each pod, in the state its status last said.
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", dashboard_log(job))
+    rows = {tuple(cells[i : i + 3]) for i in range(0, len(cells), 7)}
+    assert {("worker", "0", "succeeded"), ("worker", "1", "succeeded")} <= rows, rows
+    assert ("ps", "0", "running") in rows, rows
+    core = client.CoreV1Api(real_admin)
+    # The master removed its workers and PS (the kubelet stops them in their grace
+    # period); its own pod stays, finished, for the record: a container of our image, run
+    # by containerd on the real node.
+    master = f"{job.name}-master"
+    wait_for(lambda: list(pods(core, job_namespace)) == [master], 60, "only the master pod")
     left = pods(core, job_namespace)
-    # The master removed its workers and PS; its own pod stays, finished, for the record.
-    assert list(left) == [f"{job.name}-master"]
-    assert left[f"{job.name}-master"].status.phase == "Succeeded"
+    assert left[master].status.phase == "Succeeded"
+    assert left[master].spec.node_name == real_node.name
+    (container,) = left[master].status.container_statuses
+    assert container.container_id.startswith("containerd://"), container
+    assert container.image.endswith(real_node.job_image_ref().split("/", 1)[1]), container
 
     # Another notebook (its own job registry) finds the job by its labels.
     monkeypatch.setenv("ELASTICDL_NB_HOME", str(tmp_path / "another-notebook"))
@@ -100,25 +127,72 @@ def test_a_notebook_cell_trains_on_kubernetes(
 
 
 def _paced_loss(labels, predictions):
-    """The digits loss with each step taking at least 20 ms, so that the job is still
-    training when each fault is injected."""
+    """The digits loss with each step taking at least 50 ms, so that the job is still
+    training when each fault is injected. On cue, a worker allocates past its memory
+    limit: the one whose pod name is in the job directory's `oom-cue` file."""
+    import os
+    import socket
     import time
 
     import tensorflow as tf
 
-    pause = tf.py_function(lambda: (time.sleep(0.02), 0.0)[1], [], tf.float32)
+    def pace():
+        time.sleep(0.05)
+        # (In the notebook's one-batch check before launch there is no job directory.)
+        cue = os.path.join(os.environ.get("ELASTICDL_NB_JOB_DIR", "/nonexistent"), "oom-cue")
+        if os.path.exists(cue) and open(cue).read().strip() == socket.gethostname():
+            ballast = b"x" * (3 << 30)  # written, so every page is touched
+            print("allocated", len(ballast), "bytes: should not be here")
+        return 0.0
+
+    pause = tf.py_function(pace, [], tf.float32)
     return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
 
 
+def _millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def _preemptor(core, node_name: str, namespace: str) -> dict:
+    """A pod of the master's priority that fits on the node only if the scheduler
+    preempts one worker: it requests the node's free CPU plus half a worker's."""
+    node = core.read_node(node_name)
+    free = _millicores(node.status.allocatable["cpu"])
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for c in pod.spec.containers:
+            free -= _millicores(((c.resources and c.resources.requests) or {}).get("cpu", "0"))
+    wanted = free + _millicores(SMALL.split(",")[0].split("=")[1]) // 2
+    from tests.kubernetes.node import job_image_name
+
+    return {
+        "metadata": {"name": "preemptor"},
+        "spec": {
+            "priorityClassName": "elasticdl-nb-high",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": job_image_name(),
+                    "command": ["sleep", "3600"],
+                    "resources": {"requests": {"cpu": f"{wanted}m", "memory": "16Mi"}},
+                }
+            ],
+        },
+    }
+
+
 def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
-    job_home, job_namespace, k8s_cluster, k8s_admin_client, k8s_kubelet, tmp_path
+    job_home, job_namespace, real_node, real_cluster, real_admin, tmp_path
 ):
     from kubernetes import client
 
-    core = client.CoreV1Api(k8s_admin_client)
+    core = client.CoreV1Api(real_admin)
     rng = fault_rng("kubernetes-faults")
-    epochs = 20
+    epochs = 30
     (x, y), (xt, yt) = digits_split()
+    options = k8s_options(real_cluster, job_namespace, tmp_path)
     job = edl.train(
         custom_model,
         **{**DIGITS, "loss": _paced_loss},
@@ -129,9 +203,8 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
         minibatch_size=32,
         checkpoint_steps=25,
         record_ledger=True,
-        worker_resources="cpu=100m,memory=256Mi",
-        max_memory="1Gi",
-        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+        **{**options, "worker_resources": "cpu=100m,memory=1Gi"},
+        max_memory="2Gi",
     )
     total = epochs * STEPS_PER_EPOCH  # PS steps, one per minibatch
     at = sorted(rng.sample(range(20, total * 2 // 3), 4))
@@ -141,19 +214,38 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
 
     def victim(step: int, role: str = "worker") -> str:
         wait_for_step(job, step, timeout=300)
-        name = wait_for(lambda: running_pod(core, job_namespace, role, hit), 60, f"a {role}")
+        name = wait_for(lambda: running_pod(core, job_namespace, role, hit), 120, f"a {role}")
         hit.add(name)
+        print(f"step {step}: victim {name}")
         return name
+
+    def ended(kind: str) -> str:
+        """The pod of the worker whose instance event says `kind`, once there is one."""
+
+        def seen():
+            return next((e.data["id"] for e in job.events(follow=False)
+                         if e.kind == "instance" and e.data["kind"] == kind), None)  # fmt: skip
+
+        return f"{job.name}-worker-{wait_for(lambda: seen() is not None and seen(), 120, kind)}"
 
     name = victim(at[0])
     core.delete_namespaced_pod(name, job_namespace)
     print(f"deleted {name}")
-    name = victim(at[1])
-    k8s_kubelet.preempt(job_namespace, name)
-    print(f"preempted {name}")
+
+    victim(at[1])  # the scheduler picks which worker; wait for a step with both running
+    hit.clear()
+    core.create_namespaced_pod(job_namespace, _preemptor(core, real_node.name, job_namespace))
+    name = ended("preempted")
+    hit.add(name)
+    print(f"the scheduler preempted {name}")
+    core.delete_namespaced_pod("preemptor", job_namespace)  # room for its replacement
+
     name = victim(at[2])
-    k8s_kubelet.oom_kill(job_namespace, name)
+    cue = tmp_path / "shared" / job.name / "oom-cue"
+    cue.write_text(name)
+    assert ended("oom") == name
     print(f"OOM-killed {name}")
+
     name = victim(at[3], "ps")
     core.delete_namespaced_pod(name, job_namespace)
     print(f"deleted {name}")
@@ -171,23 +263,23 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
     relaunched = [(e.data["role"], e.data["reason"]) for e in events if e.kind == "relaunch"]
     assert len(relaunched) == 4, relaunched
     raised = [e.data for e in events if e.kind == "memory_raised"]
-    assert [r["memory"] for r in raised] == ["256Mi -> 512Mi"]
+    assert [r["memory"] for r in raised] == ["1Gi -> 2Gi"]
     assert any(e.kind == "ps_restored" for e in events)
     # Every record was applied exactly once per epoch, through all four faults.
     assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
     # The dashboard tells the story, from the pods' point of view.
     log = dashboard_log(job)
-    for told in ("pod deleted", "PreemptionByScheduler", "OOMKilled", "get 256Mi -&gt; 512Mi",
+    for told in ("pod deleted", "Preempted by", "OOMKilled", "get 1Gi -&gt; 2Gi",
                  "relaunched worker", "relaunched ps 0", "PS 0 restored"):  # fmt: skip
         assert told in log, told
 
 
 def test_scaling_through_the_api_adds_and_retires_worker_pods(
-    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+    job_home, job_namespace, real_cluster, real_admin, tmp_path
 ):
     from kubernetes import client
 
-    core = client.CoreV1Api(k8s_admin_client)
+    core = client.CoreV1Api(real_admin)
     (x, y), (xt, yt) = digits_split()
     job = edl.train(
         custom_model,
@@ -197,7 +289,7 @@ def test_scaling_through_the_api_adds_and_retires_worker_pods(
         epochs=6,
         minibatch_size=32,
         record_ledger=True,
-        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+        **k8s_options(real_cluster, job_namespace, tmp_path),
     )
 
     def running_workers():
@@ -216,12 +308,12 @@ def test_scaling_through_the_api_adds_and_retires_worker_pods(
     assert ledger_problems(job.dir, 1, [len(x)], 6) == []
 
 
-def test_deleting_the_master_pod_deletes_every_object_of_the_job(
-    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+def test_deleting_the_master_pod_deletes_every_object_and_container_of_the_job(
+    job_home, job_namespace, real_node, real_cluster, real_admin, tmp_path
 ):
     from kubernetes import client
 
-    core = client.CoreV1Api(k8s_admin_client)
+    core = client.CoreV1Api(real_admin)
     (x, y), _ = digits_split()
     job = edl.train(
         custom_model,
@@ -229,7 +321,7 @@ def test_deleting_the_master_pod_deletes_every_object_of_the_job(
         data=(x, y),
         workers=2,
         epochs=20,
-        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+        **k8s_options(real_cluster, job_namespace, tmp_path),
     )
     wait_for_step(job, 5, timeout=300)
     core.delete_namespaced_pod(f"{job.name}-master", job_namespace)
@@ -250,6 +342,8 @@ def test_deleting_the_master_pod_deletes_every_object_of_the_job(
         ]
 
     wait_for(lambda: not objects_left(), 120, "the garbage collector", poll=0.5)
+    # And the kubelet removed every container of the job's pods (sandboxes too).
+    wait_for(lambda: not real_node.containers(job_namespace), 120, "the kubelet", poll=1)
     # The master got SIGTERM from the kubelet and recorded its end on the shared volume.
     assert job.status()["state"] == "stopped"
     ended = [e.data for e in job.events(follow=False) if e.kind == "job_state"][-1]
@@ -257,16 +351,18 @@ def test_deleting_the_master_pod_deletes_every_object_of_the_job(
 
 
 def test_a_ps_that_cannot_be_scheduled_fails_the_job_with_the_scheduler_s_reason(
-    job_home, job_namespace, k8s_cluster, tmp_path
+    job_home, job_namespace, real_cluster, tmp_path
 ):
     (x, y), _ = digits_split()
     job = edl.train(
         custom_model,
         **DIGITS,
         data=(x, y),
-        ps_resources="cpu=64,memory=1Gi",  # more than the node has
         pending_timeout=5,
-        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+        **{
+            **k8s_options(real_cluster, job_namespace, tmp_path),
+            "ps_resources": "cpu=64,memory=1Gi",  # more than the node has
+        },
     )
     with pytest.raises(edl.JobFailed, match=r"PS 0 could not start within 5 s \(unschedulable: "
                        r"0/1 nodes are available: 1 Insufficient cpu"):  # fmt: skip
@@ -275,37 +371,37 @@ def test_a_ps_that_cannot_be_scheduled_fails_the_job_with_the_scheduler_s_reason
 
 
 def test_a_master_image_that_cannot_be_pulled_is_reported_and_the_job_can_be_stopped(
-    job_home, job_namespace, k8s_cluster, k8s_kubelet, tmp_path
+    job_home, job_namespace, real_cluster, tmp_path
 ):
-    k8s_kubelet.missing_images.add("registry.example/no-such-image:1")
     (x, y), _ = digits_split()
     job = edl.train(
         custom_model,
         **DIGITS,
         data=(x, y),
         image="registry.example/no-such-image:1",
-        **k8s_options(k8s_cluster, job_namespace, tmp_path),
+        **k8s_options(real_cluster, job_namespace, tmp_path),
     )
     waiting = wait_for(lambda: job.status().get("waiting"), 60, "the pull error")
     assert "ErrImagePull" in waiting or "ImagePullBackOff" in waiting
     assert job.status()["state"] == "starting"
     job.stop(timeout=1)
-    assert job.status()["state"] == "lost"
+    # The kubelet removes the deleted master pod (no container ever ran) in a moment.
+    wait_for(lambda: job.status()["state"] == "lost", 30, "the job lost")
 
 
 def test_a_permission_the_master_lacks_fails_the_job_with_the_refusal_and_the_fix(
-    job_home, job_namespace, k8s_cluster, k8s_admin_client, tmp_path
+    job_home, job_namespace, real_cluster, real_admin, tmp_path
 ):
     from kubernetes import client
 
     # An admin applied an older rbac.yaml whose master Role cannot create Services.
-    rbac = client.RbacAuthorizationV1Api(k8s_admin_client)
+    rbac = client.RbacAuthorizationV1Api(real_admin)
     role = rbac.read_namespaced_role("elasticdl-nb-master", job_namespace)
     role.rules = [r for r in role.rules if "services" not in r.resources]
     rbac.replace_namespaced_role("elasticdl-nb-master", job_namespace, role)
     (x, y), _ = digits_split()
     job = edl.train(
-        custom_model, **DIGITS, data=(x, y), **k8s_options(k8s_cluster, job_namespace, tmp_path)
+        custom_model, **DIGITS, data=(x, y), **k8s_options(real_cluster, job_namespace, tmp_path)
     )
     with pytest.raises(edl.JobFailed) as failed:
         job.wait(timeout=120)

@@ -111,6 +111,54 @@ def test_launch_watch_and_relaunch_a_ps_under_its_old_name(
         launcher.watch.stop()
 
 
+def test_a_pod_the_scheduler_preempted_is_told_from_one_deleted_by_someone(
+    k8s_admin_client, k8s_namespace, tmp_path
+):
+    """Before Kubernetes 1.26 the scheduler deletes a victim like anyone would; only its
+    `Preempted` event, recorded as the scheduler records it, tells the two apart."""
+    from kubernetes import client
+
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("spec:\n  nodeName: a-node-no-kubelet-serves\n")
+    core = client.CoreV1Api(k8s_admin_client)
+    spec = JobSpec.from_options(
+        data=["x"],
+        backend="kubernetes",
+        namespace=k8s_namespace,
+        service_account="default",
+        pod_template=str(elsewhere),
+        **{f"{role}_priority_class": "" for role in ("master", "ps", "worker")},
+    )
+    master = core.create_namespaced_pod(k8s_namespace, m.master_pod(spec, "job", ["spec.json"]))
+    events = Events()
+    addresses = m.Addresses.service_dns(spec, "job")
+    launcher = PodLauncher(spec, "job", core, master.metadata.uid, events, addresses).start()
+    try:
+        for index in (0, 1):
+            launcher.launch("worker", index)
+            events.wait_for("worker", index, "started")
+        victim = core.read_namespaced_pod("job-worker-0", k8s_namespace)
+        core.create_namespaced_event(
+            k8s_namespace,
+            {
+                "metadata": {"generateName": "job-worker-0."},
+                "involvedObject": {"kind": "Pod", "namespace": k8s_namespace,
+                                   "name": "job-worker-0", "uid": victim.metadata.uid},
+                "reason": "Preempted",
+                "message": f"Preempted by {k8s_namespace}/big on node n1",
+                "type": "Normal",
+                "source": {"component": "default-scheduler"},
+            },
+        )  # fmt: skip
+        for index in (0, 1):
+            core.delete_namespaced_pod(f"job-worker-{index}", k8s_namespace, grace_period_seconds=0)
+        preempted = events.wait_for("worker", 0, "preempted")
+        assert preempted.reason == f"Preempted: Preempted by {k8s_namespace}/big on node n1"
+        assert events.wait_for("worker", 1, "deleted").reason == "pod deleted"
+    finally:
+        launcher.watch.stop()
+
+
 def _container(state):
     return {
         "name": "c",

@@ -1,14 +1,13 @@
-"""Pods on a real node (node.py): containerd + runc, kubelet, kube-scheduler and
-kube-proxy beside a test cluster of their own, with the job image `make test-node` builds.
+"""The real node itself (node.py, conftest's `real_node`): containerd + runc, kubelet,
+kube-scheduler and kube-proxy beside a test cluster of their own, with the job image
+`make test-node` builds. These check what the job tests on it (test_kubernetes_*.py)
+rely on: pods of our image, Services, the network's bounds, port-forward.
 
 `make test` builds what they need (`make test-node`) and runs them; alone:
 
     make test-node && .venv/bin/python -m pytest -v tests/kubernetes/test_real_node.py
 
-The session's cluster (`k8s_cluster`) is not touched: this module starts a second
-cluster for the node, on the node's address and Service range. A failed test shows the
-node's logs (conftest's pytest_runtest_makereport). After a run killed without its
-teardown, `python -m tests.kubernetes.node --clean` undoes the node.
+A failed test shows the node's logs (conftest's pytest_runtest_makereport).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import errno
 import socket
 import textwrap
 import time
-import uuid
 
 import pytest
 
@@ -27,54 +25,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.kubernetes,
 ]
-
-
-@pytest.fixture(scope="session")
-def real_node(tmp_path_factory):
-    """A second TestCluster, configured for a real node, and the RealNode on it. At the
-    end both stop, and the machine must be as before (`leftovers()`)."""
-    from tests.kubernetes.cluster import TestCluster
-    from tests.kubernetes.node import RealNode
-
-    logs = tmp_path_factory.mktemp("real-node-logs")
-    node = RealNode(logs=logs).prepare()
-    cluster = TestCluster(workdir=tmp_path_factory.mktemp("real-cluster"), **node.cluster_options())
-    try:
-        cluster.start()
-        node.start(cluster)
-    except BaseException:
-        node.stop()
-        cluster.stop(keep_workdir=True)
-        raise
-    print(f"\nreal node up: {node.timings} (cluster {cluster.start_seconds:.1f} s); logs {logs}")
-    yield node
-    t0 = time.monotonic()
-    problems = node.stop()
-    t1 = time.monotonic()
-    cluster.stop()
-    print(f"\nnode stopped in {t1 - t0:.1f} s, cluster in {time.monotonic() - t1:.1f} s")
-    left = node.leftovers()
-    assert not problems and not left, f"not undone: {problems}; left on the machine: {left}"
-
-
-@pytest.fixture(scope="session")
-def real_admin(real_node):
-    from kubernetes import config
-
-    with config.new_client_from_config(config_file=str(real_node.cluster.admin_kubeconfig)) as c:
-        yield c
-
-
-@pytest.fixture
-def real_namespace(real_node, real_admin):
-    from kubernetes import client
-
-    core = client.CoreV1Api(real_admin)
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    real_node.cluster.wait_for_default_service_account(name)
-    yield name
-    core.delete_namespace(name)
 
 
 def pod_manifest(name: str, command: list[str], **spec) -> dict:
@@ -215,17 +165,20 @@ def test_a_service_ip_reaches_a_pod_and_a_pod_reaches_the_api_server_by_its_serv
     assert refused.value.errno == errno.EHOSTUNREACH, refused.value
 
 
-def test_port_forward_through_the_api_server_reaches_a_pod_port(
-    real_node, real_admin, real_namespace
+def test_port_forward_through_the_api_server_reaches_a_pod_port_for_the_user_role(
+    real_node, real_cluster, real_admin, job_namespace
 ):
-    from kubernetes import client
+    """As the notebook's user, holding only deploy/rbac.yaml's user Role: the Python
+    client's port-forward is a websocket, a GET (kubectl's SPDY is a POST)."""
+    from kubernetes import client, config
     from kubernetes.stream import portforward
 
-    core = client.CoreV1Api(real_admin)
-    _serve(core, real_node, real_namespace)
+    _serve(client.CoreV1Api(real_admin), real_node, job_namespace)
+    user = config.new_client_from_config(config_file=str(real_cluster.user_kubeconfig))
+    core = client.CoreV1Api(user)
     t0 = time.monotonic()
     forward = portforward(
-        core.connect_get_namespaced_pod_portforward, "web", real_namespace, ports="8080"
+        core.connect_get_namespaced_pod_portforward, "web", job_namespace, ports="8080"
     )
     sock = forward.socket(8080)
     sock.settimeout(20)
@@ -236,71 +189,3 @@ def test_port_forward_through_the_api_server_reaches_a_pod_port(
     sock.close()
     print(f"port-forward reply in {time.monotonic() - t0:.1f} s")
     assert reply.startswith(b"HTTP/1.0 200"), f"{reply[:300]!r}"
-
-
-def test_a_notebook_cell_trains_on_the_real_node(
-    ipython_shell, job_home, real_node, real_admin, real_namespace, tmp_path
-):
-    from kubernetes import client
-
-    from tests.integration.models import COMPILED_MODEL, digits_split
-    from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
-
-    core = client.CoreV1Api(real_admin)
-    cluster = real_node.cluster
-    ensure_priority_classes(real_admin)
-    grant_rbac_yaml(real_admin, real_namespace, cluster.user_name)
-
-    def master_account_has_its_token():
-        account = core.read_namespaced_service_account("elasticdl-nb-master", real_namespace)
-        return bool(account.secrets)
-
-    wait_for(master_account_has_its_token, 30, "the master service account's token")
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)  # hostPath ignores fsGroup: the pods' uid 1000 must write here
-
-    shell = ipython_shell
-    (x, y), (xt, yt) = digits_split()
-    shell.user_ns.update(x_train=x, y_train=y, x_test=xt, y_test=yt)
-    for name in ("custom_model", "loss", "optimizer", "model", "feed", "eval_metrics_fn"):
-        shell.user_ns.pop(name, None)
-    small = "cpu=100m,memory=1Gi"
-    line = (
-        f"train --backend kubernetes --namespace {real_namespace}"
-        f" --kubeconfig {cluster.user_kubeconfig} --shared-volume hostPath:{shared}"
-        f" --master-resources {small} --worker-resources {small} --ps-resources {small}"
-        " --workers 2 --epochs 4 --minibatch-size 32"
-        " --data x_train y_train --validation-data x_test y_test -o rjob --wait"
-    )
-    t0 = time.monotonic()
-    shell.run_cell_magic("elasticdl", line, textwrap.dedent(COMPILED_MODEL))
-    took = time.monotonic() - t0
-    job = shell.user_ns["rjob"]
-    status = job.status()
-    master = f"{job.name}-master"
-    try:
-        master_log = core.read_namespaced_pod_log(master, real_namespace, tail_lines=40)
-    except Exception as exc:  # noqa: BLE001 - only for the message
-        master_log = f"(no log: {exc})"
-    why = f"{status}\nmaster log:\n{master_log}"
-    print(f"notebook job on the real node: {took:.1f} s")
-    assert status["state"] == "succeeded", why
-    assert status["metrics"]["accuracy"] >= 0.85, why
-    # The master pod stays, finished: it ran in a container of our image on this node.
-    pod = core.read_namespaced_pod(master, real_namespace)
-    assert pod.spec.node_name == real_node.name
-    (container,) = pod.status.container_statuses
-    assert container.container_id.startswith("containerd://"), container
-    assert container.image.endswith(real_node.job_image_ref().split("/", 1)[1]), container
-    events = list(job.events(follow=False))
-    running = {(e.data["role"], e.data["id"]) for e in events if e.kind == "instance"
-               and e.data["kind"] == "running"}  # fmt: skip
-    assert {("worker", 0), ("worker", 1), ("ps", 0)} <= running, why
-    # The notebook is outside the pod network: it reached the master by port-forward.
-    link = job._link
-    try:
-        assert link._route and link._route.startswith("127.0.0.1:"), link._route
-    finally:
-        if link._forward is not None:  # before the API server goes, at the session's end
-            link._forward.close()

@@ -122,6 +122,10 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
         for i in v["configMap"]["items"]
     }
     assert {"spec.json", "sources.json", "bundle/manifest.json"} <= items
+    # The master is ready once its gRPC port (the one its Service targets) accepts.
+    probe = master["spec"]["containers"][0]["readinessProbe"]
+    master_ports = [p["targetPort"] for p in by_name[("Service", "digits-master")]["spec"]["ports"]]
+    assert probe["tcpSocket"]["port"] in master_ports
     # Nothing was launched, and nothing is left behind.
     assert not list((job_home / "jobs").glob("*"))
 
@@ -164,9 +168,11 @@ def test_deploy_manifests_are_strictly_valid_and_grant_no_cluster_wide_rights():
         for rule in roles["elasticdl-nb-master"]["rules"]
         for resource in rule["resources"]
     }
-    # The master manages pods and services, and nothing else (no secrets, no configmaps).
-    assert set(master_rules) == {"pods", "services"}
+    # The master manages pods and services and lists events (a preemption's only trace
+    # before 1.26), and nothing else (no secrets, no configmaps).
+    assert set(master_rules) == {"pods", "services", "events"}
     assert master_rules["services"] == {"create", "get"}  # the garbage collector deletes
+    assert master_rules["events"] == {"list"}
     assert "*" not in set().union(*master_rules.values())
     classes = {
         d["metadata"]["name"]: d["value"] for _, d in documents if d["kind"] == "PriorityClass"

@@ -97,6 +97,17 @@ def test_pod_states_become_normalized_instance_events(status, deleted, expected)
     assert (event.kind, event.exit_code, event.signal, event.reason) == expected
 
 
+def test_a_deleted_pod_whose_phase_ended_before_its_container_state_was_deleted():
+    """Seen from a real kubelet: the PS pod deleted, its phase Failed, its container's
+    state not terminated yet. Deleted, not failed (a failure counts against the budget)."""
+    deleting = pod({"phase": "Failed", "containerStatuses": [{"state": {"running": {}}}]}, "ps", 0)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T14:42:55Z"
+    event = instance_event(deleting)
+    assert (event.role, event.kind, event.reason) == ("ps", "deleted", "pod deleted")
+    deleting["status"]["phase"] = "Running"  # still stopping: nothing to say yet
+    assert instance_event(deleting).kind == "running"
+
+
 def test_pods_that_are_not_workers_or_ps_are_ignored():
     assert instance_event(pod({"phase": "Running"}, role="master")) is None
     assert instance_event({"metadata": {"labels": {}}, "status": {}}) is None

@@ -71,5 +71,7 @@ def test_a_stream_that_cannot_be_opened_closes_the_local_connection():
     try:
         client = _connect(forward.address)
         assert client.recv(1) == b""  # closed at once, not left hanging
+        # ... and why is kept, for the job's status to say.
+        assert forward.failure == "ConnectionRefusedError: pods/portforward is forbidden"
     finally:
         forward.close()

@@ -18,10 +18,10 @@ from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call
 from elasticdl_nb.backends.kubernetes.pod_events import instance_event
 from elasticdl_nb.backends.kubernetes.pod_watch import PodWatch
-from elasticdl_nb.runtime.master.site import EventSink
+from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.spec.kubernetes import bytes_quantity, parse_resources, quantity_bytes
-from elasticdl_nb.vocabulary import INSTANCE_ENDED
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, InstanceState
 
 log = logging.getLogger("elasticdl_nb.kubernetes")
 
@@ -48,6 +48,7 @@ class PodLauncher:
         self._uids: dict[str, str] = {}  # pod name -> uid of the incarnation we made
         self._reported: dict[str, tuple] = {}  # pod name -> last event reported
         self._latest: dict[str, tuple] = {}  # pod name -> (last state seen, deleted)
+        self._events_forbidden = False  # the master Role cannot list events
         self.watch = PodWatch(api, self.namespace, f"{m.LABEL_JOB}={name}", self._on_pod)
 
     def start(self) -> PodLauncher:
@@ -111,6 +112,8 @@ class PodLauncher:
         event = instance_event(pod, deleted)
         if event is None:
             return
+        if event.kind == InstanceState.DELETED:
+            event = self._preemption(event, uid) or event
         with self._lock:
             self._latest[pod_name] = (pod, deleted)
             if self._uids.get(pod_name) != uid:
@@ -123,6 +126,37 @@ class PodLauncher:
                 return  # an instance ends once (a preempted pod then also terminates)
             self._reported[pod_name] = seen
         self.on_event(event)
+
+    def _preemption(self, deleted: InstanceEvent, uid: str | None) -> InstanceEvent | None:
+        """A deleted pod that the scheduler preempted, told by its `Preempted` event.
+
+        Until Kubernetes 1.26 the scheduler deletes a victim like anyone else, leaving
+        no condition on the pod; the event it records is the only trace. Reading events
+        takes the master Role's `list events`; without it a preemption stays 'deleted'."""
+        if not uid or self._events_forbidden:
+            return None
+        try:
+            found = call(
+                "list the events of a deleted pod",
+                self.api.list_namespaced_event,
+                self.namespace,
+                field_selector=f"involvedObject.uid={uid},reason=Preempted",
+            )
+        except KubernetesError as exc:
+            self._events_forbidden = "HTTP 403" in str(exc)
+            log.warning("cannot tell a preemption from a deletion: %s", exc)
+            return None
+        items = (found or {}).get("items") or []
+        if not items:
+            return None
+        message = items[-1].get("message") or "by the scheduler"
+        return InstanceEvent(
+            deleted.role,
+            deleted.instance_id,
+            InstanceState.PREEMPTED,
+            exit_code=deleted.exit_code,
+            reason=f"Preempted: {message}",
+        )
 
     # ------------------------------------------------------------------ API calls
 

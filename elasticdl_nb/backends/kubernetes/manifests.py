@@ -165,6 +165,13 @@ def master_pod(spec: JobSpec, name: str, paths: list[str]) -> dict[str, Any]:
     command += ["--copy-from", BUNDLE_MOUNT]  # the ConfigMap's files, into the job dir
     pod = _pod(spec, name, "master", None, command, spec.master_resources, [MASTER_PORT], [])
     pod["spec"]["serviceAccountName"] = spec.service_account
+    # Ready once its gRPC port accepts: until then its Service has no endpoint and
+    # clients wait for readiness instead of meeting a refused connection.
+    pod["spec"]["containers"][0]["readinessProbe"] = {
+        "tcpSocket": {"port": MASTER_PORT},
+        "periodSeconds": 2,
+        "timeoutSeconds": 2,
+    }
     pod["spec"]["volumes"].append(bundle_volume(name, paths))
     pod["spec"]["containers"][0]["volumeMounts"].append(
         {"name": "bundle", "mountPath": BUNDLE_MOUNT, "readOnly": True}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.backends.kubernetes import manifests as m
-from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
+from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for, explain
 from elasticdl_nb.runtime.job_dir import JobDir, read_json
 
 POD_CACHE_SECONDS = 0.5  # status polls come often; the API server need not see each
@@ -63,9 +63,14 @@ class KubernetesMasterLink:
         return pod
 
     def address(self) -> str | None:
-        pod = self.master_pod()
-        phase = ((pod or {}).get("status") or {}).get("phase")
-        return self.route() if phase == "Running" else None
+        """The master's route once its pod is ready (its readiness probe: the gRPC port
+        accepts), else None."""
+        status = (self.master_pod() or {}).get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        return self.route() if status.get("phase") == "Running" and ready else None
 
     def route(self) -> str:
         if self._route is None:
@@ -87,11 +92,19 @@ class KubernetesMasterLink:
         return self._route
 
     def waiting_reason(self) -> str:
-        """Why the master pod is not running yet ('' if nothing is known)."""
+        """Why the master is not reached ('' if nothing is known): its pod not running
+        yet, or the port-forward to it refused."""
         from elasticdl_nb.backends.kubernetes.pod_events import waiting_reason
 
         pod = self.master_pod()
-        return waiting_reason(pod) if pod else ""
+        why = waiting_reason(pod) if pod else ""
+        if not why and self._forward is not None and self._forward.failure:
+            why = (
+                f"the master runs, but the port-forward to it fails ({self._forward.failure})."
+                " Fix: the notebook's user needs `get` and `create` on pods/portforward, as"
+                " deploy/rbac.yaml's user Role grants"
+            )
+        return why
 
     def final_state(self) -> dict | None:
         state = read_json(JobDir(self.files).state)
@@ -122,8 +135,14 @@ class KubernetesMasterLink:
         return ""
 
     def kill(self, grace_seconds: float = 10.0) -> None:
-        """Delete the master pod: the garbage collector takes every object it owns."""
+        """Delete the master pod: the garbage collector takes every object it owns. A
+        master that never ran (its image cannot be pulled, it cannot be scheduled) has
+        nothing to end gracefully, and a kubelet busy pulling would keep the pod a while:
+        it goes at once."""
         name = m.master_name(self.record.name)
+        phase = ((self.master_pod() or {}).get("status") or {}).get("phase")
+        if phase == "Pending":
+            grace_seconds = 0
         call(
             f"delete pod {name}",
             self.api.delete_namespaced_pod,
@@ -132,6 +151,27 @@ class KubernetesMasterLink:
             grace_period_seconds=int(grace_seconds),
             allow=(404,),
         )
+
+    def read_log(self, role: str, index: int, tail: int | None = None) -> str | None:
+        """The container's log through the API server (`pods/log`): where the notebook
+        does not see the shared volume. None once the pod is gone."""
+        name = (
+            m.master_name(self.record.name)
+            if role == "master"
+            else m.pod_name(self.record.name, role, index)
+        )
+        extra = {"tail_lines": tail} if tail else {}
+        from kubernetes.client.rest import ApiException
+
+        try:
+            response = self.api.read_namespaced_pod_log(
+                name, self.namespace, _preload_content=False, _request_timeout=15, **extra
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # gone, or not started yet: no container log
+                return None
+            raise KubernetesError(explain(f"read the log of pod {name}", exc)) from None
+        return response.data.decode(errors="replace")
 
 
 def _reachable(address: str, timeout: float = 1.0) -> bool:

@@ -12,14 +12,12 @@ once (no DNS cache to go stale).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
 from elasticdl_nb.backends.kubernetes.launcher import PodLauncher
 from elasticdl_nb.runtime.master.site import EventSink
-from elasticdl_nb.runtime.process_env import BIND_HOST_ENV
 from elasticdl_nb.runtime.protocol.channels import listen
 from elasticdl_nb.spec import JobSpec
 
@@ -53,9 +51,11 @@ class KubernetesSite:
         return list(self.addresses.ps)
 
     def bind(self, server) -> str:
-        """Listen on the pod's IP at the master's port; returns the address to advertise."""
-        host = os.environ.get(BIND_HOST_ENV) or "0.0.0.0"
-        listen(server, f"{host}:{m.MASTER_PORT}")
+        """Listen on every address of the pod at the master's port; returns the address
+        to advertise (its Service's). Not only the pod IP: a port-forward (how a notebook
+        outside the cluster reaches the master) arrives on the pod's loopback, where the
+        container runtime dials `localhost:<port>` inside the pod's network namespace."""
+        listen(server, f"0.0.0.0:{m.MASTER_PORT}")
         return self.address
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> PodLauncher:

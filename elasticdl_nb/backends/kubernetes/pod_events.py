@@ -82,9 +82,10 @@ def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent 
         )
     if taken:
         return event(InstanceState.PREEMPTED, reason=taken)
-    if deleted:
-        return event(InstanceState.DELETED, reason="pod deleted")
     phase = status.get("phase")
+    if deleted or (meta.get("deletionTimestamp") and phase in ("Failed", "Succeeded")):
+        # (A real kubelet may end a deleted pod's phase before its container's state.)
+        return event(InstanceState.DELETED, reason="pod deleted")
     if phase == "Running":
         return event(InstanceState.RUNNING)
     if phase == "Failed":  # failed before a container ran (admission, node trouble)

@@ -38,6 +38,7 @@ class PortForward:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._closed = threading.Event()
+        self.failure = ""  # why the last stream could not be opened ('' once one opens)
         threading.Thread(target=self._accept, daemon=True, name="port-forward").start()
 
     def close(self) -> None:
@@ -53,9 +54,11 @@ class PortForward:
             try:
                 remote = self._open_stream()
             except Exception as exc:  # the API server refused or is out of reach
-                log.warning("port-forward to the master failed: %s", exc)
+                self.failure = f"{type(exc).__name__}: {exc}".strip()
+                log.warning("port-forward to the master failed: %s", self.failure)
                 local.close()
                 continue
+            self.failure = ""
             for source, sink in ((local, remote), (remote, local)):
                 threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
 

@@ -40,3 +40,6 @@ class LocalMasterLink:
 
     def kill(self, grace_seconds: float = 10.0) -> None:
         submit.kill_job(self.record, grace_seconds)
+
+    def read_log(self, role: str, index: int, tail: int | None = None) -> None:
+        return None  # a local job's logs are only its files

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -37,6 +38,7 @@ def main() -> None:
     setup_logging(f"worker-{worker_id}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = ProcessEnv.from_environ()
+    log.info("worker %d of job %s started (pid %d)", worker_id, env.files.path.name, os.getpid())
     master = env.master()
     reporter = Reporter(master, worker_id)
 
