@@ -7,7 +7,8 @@ tests keep apart by working in namespaces of their own:
 - `real_node`: a second cluster with a real node beside it (node.py: containerd + runc,
   kubelet, kube-scheduler, kube-proxy) that runs pods in containers of the job image
   `make test-node` builds. Every test that runs a job's pods uses it (`job_namespace`).
-  Only one can run on a machine at a time (fixed names and addresses).
+  Only one can run on a machine at a time (fixed names and addresses): a second
+  session waits for the first one's node (node.MACHINE_LOCK).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def real_node(tmp_path_factory):
         node.start(cluster)
     except BaseException:
         node.stop()
+        node.release()
         cluster.stop(keep_workdir=True)
         raise
     print(f"\nreal node up: {node.timings} (cluster {cluster.start_seconds:.1f} s); logs {logs}")
@@ -96,6 +98,7 @@ def real_node(tmp_path_factory):
     cluster.stop()
     print(f"\nnode stopped in {t1 - t0:.1f} s, cluster in {time.monotonic() - t1:.1f} s")
     left = node.leftovers()
+    node.release()  # after the check: another session's node may start now
     assert not problems and not left, f"not undone: {problems}; left on the machine: {left}"
 
 

@@ -29,6 +29,10 @@ the kubelet and kube-proxy change (saved before), the `kubepods` and `k8s.io` cg
 and the host paths the programs hard-code (/var/log/pods, /var/lib/kubelet,
 /run/containerd, ...) when they did not exist before. `leftovers()` lists what is not
 as it was.
+
+One real node can run on a machine at a time (fixed names and addresses): `prepare()`
+takes a machine-wide lock (MACHINE_LOCK) first and waits for another session's node to
+stop, rather than failing; the lock goes with the process, even a killed one.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import secrets
@@ -50,6 +55,8 @@ from pathlib import Path
 from tests.kubernetes.cluster import binaries_dir
 
 NODE_NAME = "real-node"
+MACHINE_LOCK = Path("/run/lock/elasticdl-nb-real-node.lock")
+MACHINE_LOCK_WAIT_SECONDS = 45 * 60  # another session's whole real-node test run
 NODE_IP = "10.245.0.1"  # on `lo`: the kubelet's and the API server's address
 POD_SUBNET = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"
@@ -224,6 +231,7 @@ class RealNode:
         self._before: dict | None = None
         self._import: subprocess.Popen | None = None  # ctr import of the job image
         self._added: list[str] = []  # host changes made, for stop(): lo, bridge, route
+        self._lock = None  # the open MACHINE_LOCK, held from prepare() to stop()
         self._stopped = False
 
     # --- what the cluster needs -------------------------------------------------------
@@ -244,7 +252,12 @@ class RealNode:
         bridge and the `unreachable` route of the Service range. Idempotent."""
         if self._before is not None:
             return self
-        self._check()
+        self._take_machine_lock()
+        try:
+            self._check()
+        except BaseException:
+            self._release_machine_lock()
+            raise
         self.dir = Path(tempfile.mkdtemp(prefix="edl-node-", dir="/tmp"))
         self.logs = self._logs_given or self.dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -325,6 +338,7 @@ class RealNode:
         except BaseException as exc:
             tails = self.tails()
             self.stop()
+            self.release()
             if isinstance(exc, Exception):
                 raise NodeStartError(f"the real node did not start: {exc}\n{tails}") from exc
             raise
@@ -335,8 +349,18 @@ class RealNode:
     def clean(cls) -> list[str]:
         """Undo the nodes of runs that died without stop() (SIGKILL; atexit never ran),
         from the state each saved in /tmp/edl-node-*/before.json. Returns what could not
-        be undone."""
+        be undone. Refused while another session's node runs (it holds the lock)."""
         problems = []
+        MACHINE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(MACHINE_LOCK, "w")  # noqa: SIM115 - closed below, which releases it
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise NodeStartError(
+                f"a real node of another session is running (it holds {MACHINE_LOCK}); "
+                "nothing was cleaned"
+            ) from None
         for saved in sorted(Path("/tmp").glob("edl-node-*/before.json")):
             node = cls()
             node.dir = saved.parent
@@ -356,6 +380,7 @@ class RealNode:
             ]
             print(f"cleaning up after the node of {node.dir}")
             problems += node.stop()
+        lock.close()
         return problems
 
     def job_image_ref(self) -> str:
@@ -493,6 +518,37 @@ class RealNode:
                 "leftovers of one that was killed): " + "; ".join(busy) + ". When no other "
                 "runs, `python -m tests.kubernetes.node --clean` removes a killed one's."
             )
+
+    def _take_machine_lock(self) -> None:
+        MACHINE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = open(MACHINE_LOCK, "w")  # noqa: SIM115 - held until stop()
+        deadline = time.monotonic() + MACHINE_LOCK_WAIT_SECONDS
+        told = False
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    self._release_machine_lock()
+                    raise NodeStartError(
+                        f"another real node held {MACHINE_LOCK} for "
+                        f"{MACHINE_LOCK_WAIT_SECONDS / 60:.0f} min; is a test session stuck?"
+                    ) from None
+                if not told:
+                    print(f"waiting for another session's real node ({MACHINE_LOCK})", flush=True)
+                    told = True
+                time.sleep(1)
+
+    def release(self) -> None:
+        """Let another session's node start: after `stop()`, once `leftovers()` has
+        been checked (process exit also releases it)."""
+        self._release_machine_lock()
+
+    def _release_machine_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
 
     def _ctr(self, *args: str) -> list[str]:
         return ["ctr", "--address", str(self.socket), "-n", "k8s.io", *args]
