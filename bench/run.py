@@ -8,7 +8,9 @@ bench/results.json (all of them, with the machine and the code measured; with --
 the other benchmarks' latest results are kept), the PNG plots
 (bench/plots.py) and the results table between the markers in bench/README.md, and prints
 every ratio. A benchmark that fails is reported as failed; the others still run, and the
-exit status says so.
+exit status says so. A benchmark that cannot run on this machine (kubernetes.py without
+root or without the real node's programs) writes a result that says why, shown as
+skipped; that is no failure.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ BENCHMARKS = [
     "event_path",
     "widget_path",
     "scaling",
+    "kubernetes",
     "profile_step",
 ]
 README = harness.ROOT / "bench" / "README.md"
@@ -68,6 +71,9 @@ def table(results: dict) -> str:
     for name, doc in results.items():
         if "error" in doc:
             lines.append(f"| {name} | — | — | failed: {doc['error'][:120]} | | | |")
+            continue
+        if skipped := doc.get("details", {}).get("skipped"):
+            lines.append(f"| {name} | — | — | skipped: {skipped[:200]} | | | |")
             continue
         when = f"{name}<br>{doc['machine']['date'][:16].replace('T', ' ')}"
         for r in doc["rows"]:
@@ -143,6 +149,8 @@ def main() -> int:
             print(f"{name}: {harness.describe(r)}")
         if "error" in doc:
             print(f"{name}: FAILED ({doc['error']})")
+        if skipped := doc.get("details", {}).get("skipped"):
+            print(f"{name}: SKIPPED ({skipped})")
     harness.log(
         f"all benchmarks: {seconds / 60:.1f} min; wrote bench/results.json, "
         f"{len(written)} plots under bench/plots/, the table in bench/README.md"
