@@ -4,8 +4,7 @@
 
 Needs root and what `make test-cluster` and `make test-node` build; without them it writes
 a result that says why it was skipped (no rows) and exits 0. The real node is a singleton
-on the machine: the script holds /tmp/edl-real-node.lock while its node runs (it waits for
-another holder; run under `flock /tmp/edl-real-node.lock ...` it finds the lock held).
+on the machine: its start waits for another session's node to stop (node.MACHINE_LOCK).
 
 Set-up: one real node for the whole run (tests/kubernetes/node_session.py, what the tests'
 `real_node` fixture starts: containerd + runc, kubelet, kube-scheduler and kube-proxy
@@ -645,7 +644,7 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
     reps, epochs = 1 if quick else 2, THROUGHPUT_EPOCHS[quick]
     session = node_session.NodeSession(workdir / "node")
     harness.log("starting the real node (make test-node's programs and images)")
-    session.start(on_wait=harness.log)
+    session.start()
     harness.log(f"real node up: { {k: round(v, 1) for k, v in session.seconds.items()} } s")
     timeline = None
     runs: dict[str, list[dict]] = {LOCAL: [], K8S: []}

@@ -1,32 +1,26 @@
 """A real node and its cluster for one run, and namespaces on it set up as a cluster admin
-would: what the `real_node`/`job_namespace` fixtures do, for code outside pytest too
+would: what the `real_node` and `job_namespace` fixtures do, for code outside pytest too
 (bench/kubernetes.py).
 
-The real node is a machine-wide singleton (fixed bridge, addresses and names), so whoever
-runs one holds `LOCK` (flock) for as long as it runs. `NodeSession.start()` takes it and
-`stop()` lets it go. Run under `flock /tmp/edl-real-node.lock <command>`, a process
-inherits the lock's descriptor and the lock is found already held (locking it again
-through that descriptor succeeds at once), as it is when an ancestor holds it (`flock
-LOCK make bench`, whose commands' children do not get the descriptor); otherwise it waits
-for the lock.
+The real node is a machine-wide singleton (fixed bridge, addresses and names):
+`RealNode.prepare()` waits for node.MACHINE_LOCK, which another session's node holds
+until that session lets it go (`NodeSession.stop()` does, after its checks).
 
-    session = NodeSession(workdir).start()        # lock, cluster, node (Ready)
+    session = NodeSession(workdir).start()        # cluster, node (Ready)
     try:
         namespace = session.job_namespace()       # deploy/rbac.yaml, priority classes
         ...                                       # act as session.cluster.user_kubeconfig
     finally:
-        undone = session.stop()                   # node, cluster, lock; what is left
+        undone = session.stop()                   # node, cluster; what is left
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 from tests.kubernetes.cluster import BINARIES, TestCluster, binaries_dir
@@ -35,12 +29,9 @@ from tests.kubernetes.node import (
     BUILD_COMMAND,
     NODE_BINARIES,
     NodeImagesMissing,
-    NodeStartError,
     RealNode,
     node_images,
 )
-
-LOCK = Path("/tmp/edl-real-node.lock")
 
 
 def unavailable() -> str:
@@ -70,89 +61,6 @@ def unavailable() -> str:
     return ""
 
 
-class NodeLock:
-    """`LOCK`, held exclusively: through a descriptor this process inherited (a command
-    run under `flock LOCK ...`), or through one of its own, waited for."""
-
-    def __init__(self, path: Path = LOCK):
-        self.path = path
-        self._own_fd: int | None = None
-        self.inherited = False
-
-    def acquire(self, timeout: float | None = None, on_wait: Callable[[str], None] = print):
-        if self._inherited_fd() is not None or self._held_by_ancestor():
-            self.inherited = True
-            return self
-        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() > deadline:
-                    os.close(fd)
-                    raise TimeoutError(
-                        f"{self.path} still held by another run after {timeout} s"
-                    ) from None
-                if not told:
-                    on_wait(f"waiting for {self.path}: another run has a real node")
-                    told = True
-                time.sleep(1.0)
-        self._own_fd = fd
-        return self
-
-    def release(self) -> None:
-        if self._own_fd is not None:  # an inherited one is its holder's to let go
-            fcntl.flock(self._own_fd, fcntl.LOCK_UN)
-            os.close(self._own_fd)
-            self._own_fd = None
-
-    def _held_by_ancestor(self) -> int | None:
-        """The process that holds the lock, if it is this one's parent or further up
-        (`flock LOCK make bench`: the descriptor was not passed down to this process)."""
-        try:
-            inode = os.stat(self.path).st_ino
-            table = Path("/proc/locks").read_text().splitlines()
-        except OSError:
-            return None
-        holders = set()
-        for line in table:
-            fields = line.split()
-            if (
-                len(fields) > 5
-                and fields[1] == "FLOCK"
-                and fields[5].rsplit(":", 1)[-1] == str(inode)
-            ):
-                holders.add(int(fields[4]))
-        pid = os.getppid()
-        while pid > 1:
-            if pid in holders:
-                return pid
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                return None
-            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
-        return None
-
-    def _inherited_fd(self) -> int | None:
-        """An open descriptor of this process on the lock file through which the lock
-        is (or can at once be) held."""
-        target = str(self.path.resolve())
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            try:
-                if os.readlink(f"/proc/self/fd/{name}") != target:
-                    continue
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except OSError:
-                continue
-        return None
-
-
 class NodeSession:
     """A TestCluster configured for a real node, and the RealNode on it (the conftest's
     `real_node` fixture, outside pytest). After `start()`: `node`, `cluster`, `admin`
@@ -161,55 +69,33 @@ class NodeSession:
     def __init__(self, workdir: Path | str, logs: Path | str | None = None):
         self.workdir = Path(workdir)
         self.logs = Path(logs) if logs else self.workdir / "node-logs"
-        self.lock = NodeLock()
         self.node: RealNode | None = None
         self.cluster: TestCluster | None = None
         self.admin = None
         self.seconds: dict[str, float] = {}
 
-    def start(
-        self,
-        lock_timeout: float | None = 3600,
-        busy_timeout: float = 600,
-        on_wait: Callable[[str], None] = print,
-    ) -> NodeSession:
-        """Take the lock, start the cluster and the node. A machine still busy with a
-        node (one started without the lock, or a killed run's leftovers) is waited for
-        up to `busy_timeout` seconds, then NodeStartError."""
-        t0 = time.monotonic()
-        self.lock.acquire(lock_timeout, on_wait)
-        self.seconds["lock"] = time.monotonic() - t0
-        try:
-            self._start(t0 + self.seconds["lock"] + busy_timeout, on_wait)
-        except BaseException:
-            self.lock.release()
-            raise
-        self.seconds["total"] = time.monotonic() - t0
-        return self
-
-    def _start(self, busy_deadline: float, on_wait: Callable[[str], None]) -> None:
+    def start(self) -> NodeSession:
+        """Start the cluster and the node (once another session's node, if any, has
+        stopped); `seconds` says how long each part took."""
         from kubernetes import config
 
+        t0 = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
-        while True:
-            try:
-                self.node = RealNode(logs=self.logs).prepare()
-                break
-            except NodeStartError as exc:
-                if "not free" not in str(exc) or time.monotonic() > busy_deadline:
-                    raise
-                on_wait(f"the machine is busy with another real node; waiting: {exc}")
-                time.sleep(10)
+        self.node = RealNode(logs=self.logs).prepare()  # waits for node.MACHINE_LOCK
+        self.seconds["lock"] = time.monotonic() - t0
         self.cluster = TestCluster(workdir=self.workdir / "cluster", **self.node.cluster_options())
         try:
             self.cluster.start()
             self.node.start(self.cluster)
         except BaseException:
             self.node.stop()
+            _release(self.node)
             self.cluster.stop(keep_workdir=True)
             raise
         self.seconds.update(cluster=self.cluster.start_seconds, **self.node.timings)
+        self.seconds["total"] = time.monotonic() - t0
         self.admin = config.new_client_from_config(config_file=str(self.cluster.admin_kubeconfig))
+        return self
 
     def namespace(self) -> str:
         """A fresh namespace whose `default` service account has its token (the
@@ -231,22 +117,29 @@ class NodeSession:
         return namespace
 
     def stop(self) -> list[str]:
-        """Stop the node and the cluster, let the lock go; returns what was not undone
-        or is left on the machine (empty when it is as before)."""
+        """Stop the node and the cluster; returns what was not undone or is left on the
+        machine (empty when it is as before). Then another session's node may start."""
         undone: list[str] = []
+        if self.admin is not None:
+            with contextlib.suppress(Exception):
+                self.admin.close()
+        if self.node is None:
+            return undone
         try:
-            if self.admin is not None:
-                with contextlib.suppress(Exception):
-                    self.admin.close()
-            if self.node is not None:
-                undone += self.node.stop()
+            undone += self.node.stop()
             if self.cluster is not None:
                 self.cluster.stop()
-            if self.node is not None:
-                undone += [f"left: {x}" for x in self.node.leftovers()]
+            undone += [f"left: {x}" for x in self.node.leftovers()]
         finally:
-            self.lock.release()
+            _release(self.node)
         return undone
+
+
+def _release(node: RealNode) -> None:
+    """Let node.MACHINE_LOCK go (a node.py from before the lock has none)."""
+    release = getattr(node, "release", None)
+    if release is not None:
+        release()
 
 
 def set_up_for_jobs(cluster, admin, namespace: str) -> None:
