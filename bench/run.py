@@ -8,7 +8,7 @@ bench/results.json (all of them, with the machine and the code measured; with --
 the other benchmarks' latest results are kept), the PNG plots
 (bench/plots.py) and the results table between the markers in bench/README.md, and prints
 every ratio. A benchmark that fails is reported as failed; the others still run, and the
-exit status says so. A benchmark that cannot run on this machine (kubernetes.py without
+exit status says so. A benchmark that cannot run on this machine (kubernetes_node.py without
 root or without the real node's programs) writes a result that says why, shown as
 skipped; that is no failure.
 """
@@ -35,7 +35,7 @@ BENCHMARKS = [
     "event_path",
     "widget_path",
     "scaling",
-    "kubernetes",
+    "kubernetes_node",
     "profile_step",
 ]
 README = harness.ROOT / "bench" / "README.md"

@@ -1,6 +1,6 @@
 """Kubernetes: the same digits job on the real test node and on local processes, in one run.
 
-    .venv/bin/python bench/kubernetes.py [--quick]
+    .venv/bin/python bench/kubernetes_node.py [--quick]
 
 Needs root and what `make test-cluster` and `make test-node` build; without them it writes
 a result that says why it was skipped (no rows) and exits 0. The real node is a singleton
@@ -90,13 +90,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-# This script's name is the `kubernetes` package's, and Python puts its directory first
-# on the path: bench/ goes last, so that `import kubernetes` (the client, used by the
-# backend and the tests' helpers) finds the package and `import harness` still this
-# directory's module. The repository's root goes on the path for `tests`.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
-sys.path.insert(0, str(_HERE.parent))
+# The repository's root goes on the path for `tests` (the real node's helpers). (Not
+# named kubernetes.py: with bench/ on the path it would hide the `kubernetes` package.)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 
@@ -708,13 +704,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer epochs")
     args = parser.parse_args()
-    command = " ".join([".venv/bin/python bench/kubernetes.py", *sys.argv[1:]])
+    command = " ".join([".venv/bin/python bench/kubernetes_node.py", *sys.argv[1:]])
     title = "The digits job on a real Kubernetes node (pods) vs on local processes"
     t0 = time.perf_counter()
     why_not = node_session.unavailable()
     if why_not:
         harness.log(f"skipped: {why_not}")
-        harness.write_result("kubernetes", title, [], {"skipped": why_not}, command=command)
+        harness.write_result("kubernetes_node", title, [], {"skipped": why_not}, command=command)
         return 0
     w = workloads.workloads(args.quick)["digits"]
     workdir = Path(tempfile.mkdtemp(prefix="edl-bench-k8s-"))
@@ -724,7 +720,7 @@ def main() -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     harness.write_result(
-        "kubernetes", title, rows, details, command=command, seconds=time.perf_counter() - t0
+        "kubernetes_node", title, rows, details, command=command, seconds=time.perf_counter() - t0
     )
     return 0
 
