@@ -18,8 +18,6 @@ import uuid
 
 import pytest
 
-from tests.integration.faults import wait_for
-from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
 from tests.kubernetes.cluster import TestCluster
 
 
@@ -73,46 +71,39 @@ def _namespace(cluster, admin):
 
 
 @pytest.fixture(scope="session")
-def real_node(tmp_path_factory):
-    """A second TestCluster, configured for a real node, and the RealNode on it. At the
-    end both stop, and the machine must be as before (`leftovers()`). After a run killed
-    without its teardown, `python -m tests.kubernetes.node --clean` undoes the node."""
-    from tests.kubernetes.node import RealNode
+def real_session(tmp_path_factory):
+    """A second TestCluster, configured for a real node, and the RealNode on it
+    (node_session.py). At the end both stop, and the machine must be as before. After a
+    run killed without its teardown, `python -m tests.kubernetes.node --clean` undoes
+    the node."""
+    from tests.kubernetes.node_session import NodeSession
 
     logs = tmp_path_factory.mktemp("real-node-logs")
-    node = RealNode(logs=logs).prepare()
-    cluster = TestCluster(workdir=tmp_path_factory.mktemp("real-cluster"), **node.cluster_options())
-    try:
-        cluster.start()
-        node.start(cluster)
-    except BaseException:
-        node.stop()
-        node.release()
-        cluster.stop(keep_workdir=True)
-        raise
-    print(f"\nreal node up: {node.timings} (cluster {cluster.start_seconds:.1f} s); logs {logs}")
-    yield node
+    session = NodeSession(tmp_path_factory.mktemp("real-cluster"), logs=logs).start()
+    print(f"\nreal node up: {session.seconds}; logs {logs}")
+    yield session
     t0 = time.monotonic()
-    problems = node.stop()
-    t1 = time.monotonic()
-    cluster.stop()
-    print(f"\nnode stopped in {t1 - t0:.1f} s, cluster in {time.monotonic() - t1:.1f} s")
-    left = node.leftovers()
-    node.release()  # after the check: another session's node may start now
-    assert not problems and not left, f"not undone: {problems}; left on the machine: {left}"
+    undone = session.stop()
+    print(f"\nnode and cluster stopped in {time.monotonic() - t0:.1f} s")
+    assert not undone, f"not undone, or left on the machine: {undone}"
 
 
 @pytest.fixture(scope="session")
-def real_cluster(real_node):
+def real_node(real_session):
+    """The RealNode (node.py): containerd, kubelet, kube-scheduler, kube-proxy."""
+    return real_session.node
+
+
+@pytest.fixture(scope="session")
+def real_cluster(real_session):
     """The TestCluster the real node belongs to."""
-    return real_node.cluster
+    return real_session.cluster
 
 
 @pytest.fixture(scope="session")
-def real_admin(real_cluster):
+def real_admin(real_session):
     """A `kubernetes.client.ApiClient` as the real node's cluster admin."""
-    with _api_client(real_cluster.admin_kubeconfig) as client:
-        yield client
+    return real_session.admin
 
 
 @pytest.fixture
@@ -126,17 +117,9 @@ def job_namespace(real_cluster, real_admin, real_namespace):
     """A namespace on the real node's cluster set up as the README tells an admin to:
     deploy/rbac.yaml applied, its user Role bound to the notebook's user, and the
     priority classes. The notebook side (the tests) then acts as that user only."""
-    from kubernetes import client
+    from tests.kubernetes.node_session import set_up_for_jobs
 
-    ensure_priority_classes(real_admin)
-    grant_rbac_yaml(real_admin, real_namespace, real_cluster.user_name)
-    core = client.CoreV1Api(real_admin)
-
-    def master_account_has_its_token():
-        account = core.read_namespaced_service_account("elasticdl-nb-master", real_namespace)
-        return bool(account.secrets)
-
-    wait_for(master_account_has_its_token, 30, "the master service account's token")
+    set_up_for_jobs(real_cluster, real_admin, real_namespace)
     return real_namespace
 
 
@@ -146,6 +129,6 @@ def pytest_runtest_makereport(item, call):
     ends and last errors of kubelet, containerd, kube-proxy and kube-scheduler."""
     outcome = yield
     report = outcome.get_result()
-    node = getattr(item, "funcargs", {}).get("real_node")
-    if report.failed and node is not None:
-        report.sections.append(("real node logs", node.tails()))
+    session = getattr(item, "funcargs", {}).get("real_session")
+    if report.failed and session is not None and session.node is not None:
+        report.sections.append(("real node logs", session.node.tails()))

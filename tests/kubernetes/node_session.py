@@ -1,6 +1,6 @@
 """A real node and its cluster for one run, and namespaces on it set up as a cluster admin
 would: what the `real_node` and `job_namespace` fixtures do, for code outside pytest too
-(bench/kubernetes.py).
+(bench/kubernetes_node.py).
 
 The real node is a machine-wide singleton (fixed bridge, addresses and names):
 `RealNode.prepare()` waits for node.MACHINE_LOCK, which another session's node holds
@@ -89,7 +89,7 @@ class NodeSession:
             self.node.start(self.cluster)
         except BaseException:
             self.node.stop()
-            _release(self.node)
+            self.node.release()
             self.cluster.stop(keep_workdir=True)
             raise
         self.seconds.update(cluster=self.cluster.start_seconds, **self.node.timings)
@@ -131,15 +131,8 @@ class NodeSession:
                 self.cluster.stop()
             undone += [f"left: {x}" for x in self.node.leftovers()]
         finally:
-            _release(self.node)
+            self.node.release()
         return undone
-
-
-def _release(node: RealNode) -> None:
-    """Let node.MACHINE_LOCK go (a node.py from before the lock has none)."""
-    release = getattr(node, "release", None)
-    if release is not None:
-        release()
 
 
 def set_up_for_jobs(cluster, admin, namespace: str) -> None:
