@@ -305,16 +305,10 @@ class Sides:
 
 def start(w: workloads.Workload, sides: Sides, side: str, name: str, epochs: int):
     t0 = time.time()
-    job = edl.train(
-        w.model,
-        loss=w.loss,
-        optimizer=w.optimizer,
-        data=w.data,
+    job = w.train(
         workers=WORKERS,
         ps=PS,
         epochs=epochs,
-        minibatch_size=w.batch,
-        minibatches_per_task=w.per_task,
         name=name,
         **sides.options(side),
     )

@@ -28,8 +28,6 @@ import harness
 harness.pin_threads()
 import workloads  # noqa: E402  (after the pins: it imports TensorFlow)
 
-import elasticdl_nb as edl  # noqa: E402
-
 
 def import_tensorflow() -> float:
     t0 = time.time()
@@ -45,16 +43,9 @@ def import_tensorflow() -> float:
 
 def first_gradient(w: workloads.Workload, tag: str) -> dict:
     t0 = time.time()
-    job = edl.train(
-        w.model,
-        loss=w.loss,
-        optimizer=w.optimizer,
-        data=w.data,
+    job = w.train(
         workers=1,
         ps=1,
-        epochs=w.epochs,
-        minibatch_size=w.batch,
-        minibatches_per_task=w.per_task,
         name=f"bench-startup-{tag}",
     )
     returned = time.time() - t0

@@ -57,6 +57,19 @@ class Workload:
     def records(self) -> int:
         return len(self.data[0])
 
+    def train(self, **options: Any) -> edl.Job:
+        """An elasticdl-nb job of this workload: its functions, data, batch and task
+        size, and epochs unless `options` say otherwise."""
+        return edl.train(
+            self.model,
+            loss=self.loss,
+            optimizer=self.optimizer,
+            data=self.data,
+            minibatch_size=self.batch,
+            minibatches_per_task=self.per_task,
+            **{"epochs": self.epochs, **options},
+        )
+
 
 # ---------------------------------------------------------------------------- models
 
@@ -261,16 +274,9 @@ def run_job(w: Workload, workers: int, tag: str, ps: int = 1, **options: Any) ->
     shape = "allreduce" if options.get("strategy") == "allreduce" else f"{ps}ps"
     name = f"bench-{w.key}-{workers}w{shape}-{tag}"
     t0 = time.perf_counter()
-    job = edl.train(
-        w.model,
-        loss=w.loss,
-        optimizer=w.optimizer,
-        data=w.data,
+    job = w.train(
         workers=workers,
         ps=ps,
-        epochs=w.epochs,
-        minibatch_size=w.batch,
-        minibatches_per_task=w.per_task,
         name=name,
         **options,
     )

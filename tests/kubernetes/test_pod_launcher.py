@@ -38,6 +38,26 @@ class Events:
                 self._changed.wait(left)
 
 
+def _launcher(core, namespace: str, tmp_path, events: Events, **options):
+    """A master pod (only its uid matters: it owns the rest) and a started PodLauncher
+    for job "job", whose pods are bound to a node no kubelet serves: the tests write
+    the pods' status themselves."""
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text("spec:\n  nodeName: a-node-no-kubelet-serves\n")
+    spec = JobSpec.from_options(
+        data=["x"],
+        backend="kubernetes",
+        namespace=namespace,
+        service_account="default",
+        pod_template=str(elsewhere),
+        **{f"{role}_priority_class": "" for role in ("master", "ps", "worker")},
+        **options,
+    )
+    master = core.create_namespaced_pod(namespace, m.master_pod(spec, "job", ["spec.json"]))
+    addresses = m.Addresses.service_dns(spec, "job")
+    return master, PodLauncher(spec, "job", core, master.metadata.uid, events, addresses).start()
+
+
 def set_status(core, namespace, name, status):
     core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
@@ -47,25 +67,9 @@ def test_launch_watch_and_relaunch_a_ps_under_its_old_name(
 ):
     from kubernetes import client
 
-    elsewhere = tmp_path / "elsewhere.yaml"
-    elsewhere.write_text("spec:\n  nodeName: a-node-no-kubelet-serves\n")
     core = client.CoreV1Api(k8s_admin_client)
-    spec = JobSpec.from_options(
-        data=["x"],
-        backend="kubernetes",
-        namespace=k8s_namespace,
-        ps=1,
-        service_account="default",
-        # Bound to a node no kubelet serves: this test writes the pods' status itself.
-        pod_template=str(elsewhere),
-        **{f"{role}_priority_class": "" for role in ("master", "ps", "worker")},
-    )
-    master = core.create_namespaced_pod(
-        k8s_namespace, m.master_pod(spec, "job", ["spec.json"])
-    )  # only its uid matters here: it owns the rest
     events = Events()
-    addresses = m.Addresses.service_dns(spec, "job")
-    launcher = PodLauncher(spec, "job", core, master.metadata.uid, events, addresses).start()
+    master, launcher = _launcher(core, k8s_namespace, tmp_path, events, ps=1)
     try:
         launcher.launch("ps", 0)
         launcher.launch("worker", 0)
@@ -118,21 +122,9 @@ def test_a_pod_the_scheduler_preempted_is_told_from_one_deleted_by_someone(
     `Preempted` event, recorded as the scheduler records it, tells the two apart."""
     from kubernetes import client
 
-    elsewhere = tmp_path / "elsewhere.yaml"
-    elsewhere.write_text("spec:\n  nodeName: a-node-no-kubelet-serves\n")
     core = client.CoreV1Api(k8s_admin_client)
-    spec = JobSpec.from_options(
-        data=["x"],
-        backend="kubernetes",
-        namespace=k8s_namespace,
-        service_account="default",
-        pod_template=str(elsewhere),
-        **{f"{role}_priority_class": "" for role in ("master", "ps", "worker")},
-    )
-    master = core.create_namespaced_pod(k8s_namespace, m.master_pod(spec, "job", ["spec.json"]))
     events = Events()
-    addresses = m.Addresses.service_dns(spec, "job")
-    launcher = PodLauncher(spec, "job", core, master.metadata.uid, events, addresses).start()
+    _, launcher = _launcher(core, k8s_namespace, tmp_path, events)
     try:
         for index in (0, 1):
             launcher.launch("worker", index)
