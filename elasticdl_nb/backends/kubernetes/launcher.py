@@ -26,6 +26,9 @@ from elasticdl_nb.vocabulary import INSTANCE_ENDED, InstanceState
 log = logging.getLogger("elasticdl_nb.kubernetes")
 
 OLD_POD_GONE_SECONDS = 60.0
+# Beyond a shutdown's grace period: for the kubelet to notice its containers' ends and
+# the watch to bring them.
+SHUTDOWN_SLACK_SECONDS = 5.0
 
 
 class PodLauncher:
@@ -96,13 +99,34 @@ class PodLauncher:
         self._delete_pod(m.pod_name(self.name, role, instance_id), grace=0 if force else None)
 
     def shutdown(self, grace_seconds: float) -> None:
-        self.watch.stop()
+        """Delete every worker and PS pod (the kubelet's SIGTERM, SIGKILL after the grace
+        period), and wait until the watch has reported the end of each one still running
+        (or the grace period and SHUTDOWN_SLACK_SECONDS have passed), as the local backend
+        waits for its processes: the journal then holds every instance's end."""
         selector = f"{m.LABEL_JOB}={self.name}"
         what = "list the job's pods"
         pods = call(what, self.api.list_namespaced_pod, self.namespace, label_selector=selector)
+        ending = []
         for pod in pods.get("items", []):
-            if pod["metadata"]["labels"].get(m.LABEL_ROLE) in ("worker", "ps"):
-                self._delete_pod(pod["metadata"]["name"], grace=int(grace_seconds))
+            meta = pod["metadata"]
+            if meta["labels"].get(m.LABEL_ROLE) not in ("worker", "ps"):
+                continue
+            self._delete_pod(meta["name"], grace=int(grace_seconds))
+            with self._lock:
+                if self._uids.get(meta["name"]) == meta["uid"] and not self._ended(meta["name"]):
+                    ending.append(meta["name"])
+        deadline = time.monotonic() + grace_seconds + SHUTDOWN_SLACK_SECONDS
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(self._ended(name) for name in ending):
+                    break
+            time.sleep(0.1)
+        self.watch.stop()
+
+    def _ended(self, pod_name: str) -> bool:
+        """Whether this pod's end has been reported (call with the lock held)."""
+        reported = self._reported.get(pod_name)
+        return reported is not None and reported[0] in INSTANCE_ENDED
 
     # ------------------------------------------------------------------ watching
 
