@@ -176,14 +176,14 @@ class Job:
         if path.exists():
             text = path.read_text(errors="replace")
             return "\n".join(text.splitlines()[-tail:]) if tail else text
-        if not self._files.logs.is_dir():  # the job's volume is not visible here
+        if not self._files.logs.is_dir():  # not made yet, or the job's volume is not here
             text = self._link.read_log(role, index, tail)
             if text is not None:
                 return text
             raise NoSuchLog(
-                f"No log for {role} {index} of job {self.name!r} here: its process is "
-                f"gone, and this machine does not see the job's volume, where its log "
-                f"stays ({path.relative_to(self._files.path)})."
+                f"No log for {role} {index} of job {self.name!r}: its log directory is not "
+                f"visible here ({self._files.logs}), and the backend keeps none for it "
+                "(its process is gone, or has not started)."
             )
         known = sorted(p.stem for p in self._files.logs.glob("*.log"))
         raise NoSuchLog(

@@ -104,6 +104,6 @@ def test_a_kubernetes_job_from_another_notebook_is_listed_and_has_a_detail_view(
         assert stopped["state"] == "stopped"
     assert job.status()["state"] == "stopped"  # the notebook that started it sees it too
     # The master removed the worker's pod, and its log with it; the master's pod stays.
-    with pytest.raises(edl.NoSuchLog, match="does not see the job's volume"):
+    with pytest.raises(edl.NoSuchLog, match="its log directory is not visible here"):
         job.logs("worker", 0)
     assert "master exits" in job.logs("master")

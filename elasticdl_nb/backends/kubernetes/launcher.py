@@ -137,7 +137,10 @@ class PodLauncher:
         if event is None:
             return
         if event.kind == InstanceState.DELETED:
-            event = self._preemption(event, uid) or event
+            with self._lock:  # ask the API server only about the end of a pod of ours
+                ours = self._uids.get(pod_name) == uid and not self._ended(pod_name)
+            if ours:
+                event = self._preemption(event, uid) or event
         with self._lock:
             self._latest[pod_name] = (pod, deleted)
             if self._uids.get(pod_name) != uid:
