@@ -128,6 +128,12 @@ def node_images() -> dict[str, str]:
     return out
 
 
+def missing_programs(bin_dir: Path) -> list[str]:
+    """The node's programs not there: ours (`make test-node`) and Debian's."""
+    missing = [b for b in NODE_BINARIES if not os.access(bin_dir / b, os.X_OK)]
+    return missing + [b for b in ("containerd", "ctr", "runc") if not shutil.which(b)]
+
+
 class NodeImagesMissing(RuntimeError):
     pass
 
@@ -501,8 +507,7 @@ class RealNode:
     # --- the processes ------------------------------------------------------------------
 
     def _check(self) -> None:
-        missing = [b for b in NODE_BINARIES if not os.access(self.bin_dir / b, os.X_OK)]
-        missing += [b for b in ("containerd", "ctr", "runc") if not shutil.which(b)]
+        missing = missing_programs(self.bin_dir)
         if missing:
             raise NodeStartError(
                 f"real-node programs missing: {', '.join(missing)}. Build them once with "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -27,9 +26,9 @@ from tests.kubernetes.cluster import BINARIES, TestCluster, binaries_dir
 from tests.kubernetes.cluster import BUILD_COMMAND as CLUSTER_BUILD_COMMAND
 from tests.kubernetes.node import (
     BUILD_COMMAND,
-    NODE_BINARIES,
     NodeImagesMissing,
     RealNode,
+    missing_programs,
     node_images,
 )
 
@@ -43,8 +42,7 @@ def unavailable() -> str:
     missing = [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
     if missing:
         return f"cluster programs missing ({', '.join(missing)}): {CLUSTER_BUILD_COMMAND}"
-    missing = [b for b in NODE_BINARIES if not os.access(bin_dir / b, os.X_OK)]
-    missing += [b for b in ("containerd", "ctr", "runc") if not shutil.which(b)]
+    missing = missing_programs(bin_dir)
     if missing:
         return f"node programs missing ({', '.join(missing)}): {BUILD_COMMAND}"
     try:
