@@ -143,8 +143,15 @@ class EventKind(StrEnum):
         "instances get more memory",
     )
     SCALE = "scale", "`workers_from`, `workers_to`, `reason`"
-    RELAUNCH = "relaunch", "`role`, `id`, `replaces`, `reason`"
-    RELAUNCH_REFUSED = "relaunch_refused", "`role`, `id`, `reason` (the budget is spent)"
+    RELAUNCH = (
+        "relaunch",
+        "`role`, `id`, `replaces`, `reason`, `worker_crashes`, `ps_crashes` (the crash "
+        "budget spent so far)",
+    )
+    RELAUNCH_REFUSED = (
+        "relaunch_refused",
+        "`role`, `id`, `reason` (the budget is spent), `worker_crashes`, `ps_crashes`",
+    )
     REQUEUE = "requeue", "`epoch`, `batches`, and `worker`/`task`/`kind` or `source`/`reason`"
     PS_RESTORED = (
         "ps_restored",
@@ -156,6 +163,24 @@ class EventKind(StrEnum):
         "group",
         "(allreduce) `version`, `members`, `joined`, `left`, `reason` (formed, joined, left, "
         "failure); after a failure `step`, `agreed_s`, `causes`",
+    )
+    MASTER_RESTARTED = (
+        "master_restarted",
+        "`incarnation`, `pid`, `replayed` (events read back), `rebuild_s`, `down_s` (since "
+        "the last event of the master that died), `adopted` (instances still there): a new "
+        "master took over the job from one that died",
+    )
+    QUEUE = (
+        "queue",
+        "`op` (a change to the task queue: `add_epoch`, `next_for`, `report`, `finish`, "
+        "`release_worker`, `requeue_batches`, `settle`, `add_evaluation`, `add_export`), its "
+        "arguments, `task` (the id handed out), `worker`/`seq` (the request): the master's "
+        "record of its tasks, which a new master replays",
+    )
+    EVALUATION_TASK = (
+        "evaluation_task",
+        "`round`, `worker`, `states` (metric name → its variables as lists): one evaluation "
+        "task's metric states, summed into its round",
     )
     GROUP_SETTLED = (
         "group_settled",

@@ -41,19 +41,9 @@ def started_master(
     by the master process's own factory. Its coordinator is not running: a test takes
     its steps (`start_epoch`, `start_evaluation`) itself, or runs `master.run`. `options`
     are more JobSpec options (`strategy`, `epochs`, ...)."""
-    spec = JobSpec.from_options(
-        data=["x"], workers=workers, ps=ps, minibatch_size=10, minibatches_per_task=1, **options
-    )
-    validation = [SourceInfo("validation", "npy", validation_records)] if validation_records else []
     launcher = RecordingLauncher()
-    master = build_master(
-        spec,
-        job_dir,
-        Journal(),
-        token="t",
-        train=[SourceInfo("train", "npy", records)],
-        validation=validation,
-        launcher_for=lambda on_event: launcher,
+    master = built_master(
+        job_dir, launcher, Journal(), workers, ps, records, validation_records, **options
     )
     master.instances.start()
     for role, instance in launcher.launched:
@@ -61,3 +51,29 @@ def started_master(
             InstanceEvent(role, instance, InstanceState.STARTED, pid=100 + instance)
         )
     return master
+
+
+def built_master(
+    job_dir: Path,
+    launcher,
+    journal: Journal,
+    workers: int = 2,
+    ps: int = 1,
+    records: int = 40,
+    validation_records: int = 20,
+    **options,
+) -> JobMaster:
+    """A master as `started_master` makes it, with nothing started yet."""
+    spec = JobSpec.from_options(
+        data=["x"], workers=workers, ps=ps, minibatch_size=10, minibatches_per_task=1, **options
+    )
+    validation = [SourceInfo("validation", "npy", validation_records)] if validation_records else []
+    return build_master(
+        spec,
+        job_dir,
+        journal,
+        token="t",
+        train=[SourceInfo("train", "npy", records)],
+        validation=validation,
+        launcher_for=lambda on_event: launcher,
+    )

@@ -175,6 +175,12 @@ class AllreduceGroup:
     def final_checkpoint(self) -> list[int] | None:
         return []  # the model lives in the replicas; the exported model is the result
 
+    def replay(self, kind: str, data: dict) -> None:
+        pass  # TODO(issue 16): the group's versions and decisions
+
+    def resumed(self) -> None:
+        pass
+
     def status_fields(self) -> dict:
         try:
             group = self.coordinator.group()

@@ -30,14 +30,17 @@ class EvalRound:
         self.states: dict[str, list[np.ndarray]] = {}
         self.publishing = False
 
-    def add(self, states: list[pb.MetricState]) -> None:
-        for state in states:
-            values = [to_array(t).astype(np.float64) for t in state.variables]
-            have = self.states.get(state.name)
-            self.states[state.name] = (
-                values if have is None else [a + b for a, b in zip(have, values)]
-            )
+    def add(self, states: dict[str, list[np.ndarray]]) -> None:
+        for name, variables in states.items():
+            values = [np.asarray(v, dtype=np.float64) for v in variables]
+            have = self.states.get(name)
+            self.states[name] = values if have is None else [a + b for a, b in zip(have, values)]
         self.tasks_left -= 1
+
+
+def metric_states(states: list[pb.MetricState]) -> dict[str, list[np.ndarray]]:
+    """A worker's metric states as arrays, by metric name."""
+    return {s.name: [to_array(t) for t in s.variables] for s in states}
 
 
 class Evaluations:
@@ -61,19 +64,38 @@ class Evaluations:
     def start(self, step: int, final: bool) -> None:
         """Queue a round's tasks at the front of the queue (under the lock)."""
         round_id = self._counter
-        self._counter += 1
-        self.final_started |= final
         tasks = self._job.queue.add_evaluation(round_id)
-        self.rounds[round_id] = EvalRound(step, tasks, final)
         self._job.journal.append(
-            EventKind.EVALUATION_STARTED, round=round_id, step=step, tasks=tasks
+            EventKind.EVALUATION_STARTED, round=round_id, step=step, tasks=tasks, final=final
         )
+        self._started(round_id, step, tasks, final)
 
-    def add(self, round_id: int, states: list[pb.MetricState]) -> None:
-        """An evaluation task's metric states (under the lock)."""
+    def _started(self, round_id: int, step: int, tasks: int, final: bool) -> None:
+        self._counter = round_id + 1
+        self.final_started |= final
+        self.rounds[round_id] = EvalRound(step, tasks, final)
+
+    def add(self, round_id: int, worker: int, states: dict[str, list[np.ndarray]]) -> None:
+        """An evaluation task's metric states (under the lock), journaled."""
+        self._job.journal.append(
+            EventKind.EVALUATION_TASK,
+            round=round_id,
+            worker=worker,
+            states={name: [v.tolist() for v in values] for name, values in states.items()},
+        )
         eval_round = self.rounds.get(round_id)
         if eval_round is not None:
             eval_round.add(states)
+
+    def replay(self, kind: str, data: dict) -> None:
+        """What an earlier master of this job journaled about evaluation (`recovery.py`)."""
+        if kind == EventKind.EVALUATION_STARTED:
+            self._started(data["round"], data["step"], data["tasks"], data.get("final", False))
+        elif kind == EventKind.EVALUATION_TASK and data["round"] in self.rounds:
+            self.rounds[data["round"]].add(data["states"])
+        elif kind == EventKind.EVALUATION:
+            self.last_metrics = {"step": data["step"], **data["metrics"]}
+            self.rounds.pop(data["round"], None)
 
     def publish_finished(self) -> None:
         """Hand finished rounds to the evaluator thread."""

@@ -12,6 +12,9 @@ The same for every backend: the launcher only starts, kills and reports. Here we
   on with the workers it has, and fails if it is a PS that cannot start;
 - a worker or PS that found a peer's address served by something else (exit code
   WRONG_PEER_EXIT): the job fails with its reason, since a replacement would find the same.
+
+A master that replaces one that died rebuilds the table from the journal (`replay`) and
+then takes over what the backend still runs (`resume`): the instances go on untouched.
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ from dataclasses import dataclass, field
 from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent, InstanceLauncher
-from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role
+from elasticdl_nb.vocabulary import (
+    INSTANCE_ENDED,
+    MASTER_END_STATES,
+    EventKind,
+    InstanceState,
+    Role,
+)
 
 log = logging.getLogger("elasticdl_nb.master")
 
@@ -98,6 +107,7 @@ class InstanceManager:
         self._next_worker_id = 0
         self._lock = lock or threading.RLock()  # the master's (see the class docstring)
         self.shutting_down = False
+        self._adopting = False  # (resume: the backend reports what it still has)
         self.launcher = launcher_for(self.on_event)  # last: it may report at once
 
     # ------------------------------------------------------------------ queries
@@ -184,7 +194,7 @@ class InstanceManager:
 
     def _launch(self, role: Role, instance_id: int, replaces: int | None = None) -> None:
         with self._lock:
-            self.instances[(role, instance_id)] = Instance(role, instance_id, replaces=replaces)
+            self._known(role, instance_id, replaces)
         self.launcher.launch(role, instance_id)
 
     def shutdown(self, grace_seconds: float = 5.0, drain_seconds: float = 3.0) -> None:
@@ -206,8 +216,13 @@ class InstanceManager:
         """Every instance event from the backend: journal it, then apply the policy."""
         with self._lock:
             inst = self.instances.get((event.role, event.instance_id))
+            if inst is None and self._adopting:  # started just before the old master died
+                inst = self._known(event.role, event.instance_id)
             if inst is None or inst.state in INSTANCE_ENDED:
                 return  # not ours, or ended already: an instance ends once
+            if self._adopting and not event.ended:  # still there, as the journal says
+                inst.pid = event.pid or inst.pid
+                return
             if event.kind == InstanceState.PENDING:
                 if inst.state != InstanceState.PENDING:
                     self._watch_pending(inst)
@@ -250,6 +265,7 @@ class InstanceManager:
                     role=Role.WORKER,
                     id=inst.instance_id,
                     reason=f"crash budget of {self.max_worker_relaunches} relaunches used up",
+                    **self._crashes(),
                 )
                 if not self.active_workers():
                     self._on_job_failed(
@@ -266,6 +282,7 @@ class InstanceManager:
             id=new_id,
             replaces=inst.instance_id,
             reason=inst.exit_reason,
+            **self._crashes(),
         )
         self._launch(Role.WORKER, new_id, replaces=inst.instance_id)
 
@@ -292,10 +309,78 @@ class InstanceManager:
             id=inst.instance_id,
             replaces=inst.instance_id,
             reason=inst.exit_reason,
+            **self._crashes(),
         )
         self._launch(Role.PS, inst.instance_id, replaces=inst.instance_id)
 
+    # ------------------------------------------------------------------ a new master
+
+    def replay(self, kind: str, data: dict) -> None:
+        """What an earlier master of this job journaled about its instances: the table,
+        the desired count, the relaunch budget spent (`recovery.py`). Nothing is launched."""
+        if kind == EventKind.SCALE:
+            self.desired_workers = data["workers_to"]
+        elif kind == EventKind.JOB_STATE and data["state"] in MASTER_END_STATES:
+            self.shutting_down = True
+        elif kind in (EventKind.RELAUNCH, EventKind.RELAUNCH_REFUSED):
+            self.counts.worker_crashes = data.get("worker_crashes", self.counts.worker_crashes)
+            self.counts.ps_crashes = data.get("ps_crashes", self.counts.ps_crashes)
+            if kind == EventKind.RELAUNCH:
+                self.counts.relaunches[data["role"]] += 1
+                self._known(data["role"], data["id"], replaces=data["replaces"])
+        elif kind == EventKind.INSTANCE and "address" not in data:  # (not a PS's own ready)
+            inst = self.instances.get((data["role"], data["id"])) or self._known(
+                data["role"], data["id"]
+            )
+            if data["kind"] == InstanceState.RETIRING:
+                inst.expected_exit = True
+            elif inst.state not in INSTANCE_ENDED:
+                inst.state = InstanceState(data["kind"])
+                inst.pid = data.get("pid") or inst.pid
+                inst.expected_exit |= data.get("expected", False)
+                if inst.state == InstanceState.PENDING:
+                    inst.waiting = data.get("reason", "")
+                if inst.state in INSTANCE_ENDED:
+                    inst.exit_reason = data.get("reason") or inst.state
+
+    def resume(self) -> int:
+        """On a master that took over (its table replayed): take over the instances the
+        backend still has, as they are now (those that ended meanwhile are handled as any
+        end), and start the ones the old master launched but the backend never heard of.
+        Returns how many instances the backend still had."""
+        with self._lock:
+            self._adopting = True
+        try:
+            known = self.launcher.adopt()
+        finally:
+            with self._lock:
+                self._adopting = False
+        with self._lock:
+            for (role, instance_id), inst in list(self.instances.items()):
+                if inst.state not in INSTANCE_ENDED and (role, instance_id) not in known:
+                    if not self.shutting_down:
+                        log.info("%s %d was never started: starting it", role, instance_id)
+                        self._launch(role, instance_id, replaces=inst.replaces)
+            self._converge()
+        return len(known)
+
+    def _known(self, role: str, instance_id: int, replaces: int | None = None) -> Instance:
+        """A fresh entry in the table (a launch, or one found in the journal or backend)."""
+        inst = self.instances[(role, instance_id)] = Instance(
+            Role(role), instance_id, replaces=replaces
+        )
+        if role == Role.WORKER:
+            self._next_worker_id = max(self._next_worker_id, instance_id + 1)
+        return inst
+
     # ------------------------------------------------------------------ helpers
+
+    def _crashes(self) -> dict:
+        """The crash budget spent so far, as relaunch events carry it."""
+        return {
+            "worker_crashes": self.counts.worker_crashes,
+            "ps_crashes": self.counts.ps_crashes,
+        }
 
     def _more_memory(self, role: Role, inst: Instance) -> bool:
         """After an OOM kill: whether the backend gave the role's next instances more memory."""

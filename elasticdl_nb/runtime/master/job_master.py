@@ -21,7 +21,7 @@ from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.job_dir import JobDir
-from elasticdl_nb.runtime.master.evaluation import Evaluations
+from elasticdl_nb.runtime.master.evaluation import Evaluations, metric_states
 from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.phases import Phases
@@ -77,6 +77,8 @@ class JobMaster:
             spec.shuffle,
             spec.seed,
         )
+        # Every change to the queue is journaled before anyone hears of it (recovery.py).
+        self.queue.record = lambda entry: journal.append(EventKind.QUEUE, **entry)
         self.validation = validation
         self.progress = Progress(self.queue, spec.epochs, spec.minibatch_size)
         self.state, self.error = JobState.RUNNING, ""
@@ -94,6 +96,8 @@ class JobMaster:
         self._task_asking: dict[int, int] = {}
         self._asks = 0
         self._reports_counted: dict[int, int] = {}
+        self.incarnation = 0  # how many masters of this job died before this one
+        self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.evaluations = Evaluations(self, load_contract)
         self.strategy = strategy_for(self)
         self.instances = InstanceManager(
@@ -145,11 +149,13 @@ class JobMaster:
                     return pb.Task(type=pb.FINISHED)
                 if not self.instances.takes_work(worker_id):
                     return self.strategy.task_for_unwanted(worker_id)
-                task = self.queue.next_for(worker_id) if self.epoch >= 0 else None
+                task = None
+                if self.epoch >= 0:
+                    task = self.queue.next_for(worker_id, tags={"seq": seq} if seq else None)
                 if task is not None:
                     message = task.to_message()
                     if seq:
-                        self._task_given[worker_id] = (seq, message)
+                        self.remember_task_given(worker_id, seq, message)
                     return message
                 if self.strategy.pushes_before_more_work and self.queue.holds(worker_id):
                     # It still holds a task whose last push it sends with its next pull:
@@ -166,12 +172,14 @@ class JobMaster:
             if r.seq and r.seq <= self._reports_counted.get(r.worker_id, 0):
                 return self._progress_response(r.worker_id)  # a retry: counted already
             if r.seq:
-                self._reports_counted[r.worker_id] = r.seq
+                self.remember_report_counted(r.worker_id, r.seq)
             if r.error:
                 where = "user code" if r.error_is_user_code else "the worker"
                 self._fail(f"worker {r.worker_id} failed in {where}:\n{r.error}")
                 return pb.ProgressResponse(stop=True)
-            fresh = self.queue.report(r.task_id, list(r.batch_starts))
+            fresh = self.queue.report(
+                r.task_id, list(r.batch_starts), tags={"worker": r.worker_id, "seq": r.seq}
+            )
             if fresh:
                 self._count_progress(fresh)
             if r.losses:
@@ -186,6 +194,14 @@ class JobMaster:
             self.strategy.worker_reported(r)
             self._wake.set()
             return self._progress_response(r.worker_id)
+
+    def remember_task_given(self, worker_id: int, seq: int, task: pb.Task) -> None:
+        """The task a worker's GetTask number `seq` got: a retry of it gets the same."""
+        self._task_given[worker_id] = (seq, task)
+
+    def remember_report_counted(self, worker_id: int, seq: int) -> None:
+        """A worker's report number `seq` is counted: a retry of it is not counted again."""
+        self._reports_counted[worker_id] = seq
 
     def _progress_response(self, worker_id: int) -> pb.ProgressResponse:
         stop = self.state in MASTER_END_STATES or (
@@ -219,7 +235,7 @@ class JobMaster:
                 )
             self.journal.append(EventKind.PROGRESS, **self._progress())
         elif task.kind == EVALUATION:
-            self.evaluations.add(task.eval_round, r.metric_states)
+            self.evaluations.add(task.eval_round, r.worker_id, metric_states(r.metric_states))
         elif task.kind == EXPORT:
             self.journal.append(EventKind.EXPORT, path=task.export_path, worker=r.worker_id)
 
@@ -314,11 +330,16 @@ class JobMaster:
     # ================================================================== coordinator
 
     def run(self) -> None:
-        """Drive the job until it ends; runs on its own thread."""
+        """Drive the job until it ends; runs on its own thread. (A master that took the
+        job over from one that died goes on where that one was: `recovery.py`.)"""
         with self.lock:
-            self.journal.append(
-                EventKind.JOB_STATE, state=JobState.RUNNING, reason="started", **self._progress()
-            )
+            if not self.incarnation:
+                self.journal.append(
+                    EventKind.JOB_STATE,
+                    state=JobState.RUNNING,
+                    reason="started",
+                    **self._progress(),
+                )
         while not self.finished.is_set():
             self._wake.wait(0.5)
             self._wake.clear()

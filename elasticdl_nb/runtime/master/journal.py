@@ -3,7 +3,9 @@
 Widgets, the CLI and `Job.events()` all read this one stream; a reader that reconnects
 asks for `from_seq` and gets everything from there, so replaying from 0 rebuilds the whole
 picture. The journal is also appended to `events.jsonl` in the job directory, which is how
-a finished job's history stays readable after the master has exited.
+a finished job's history stays readable after the master has exited, and what a master
+that replaces one that died rebuilds the job from (`recovery.py`): every event is on the
+file before the master acts on it or answers the call that caused it.
 """
 
 from __future__ import annotations
@@ -48,10 +50,16 @@ class Journal:
     """
 
     def __init__(self, path: Path | None = None):
-        self._events: list[Event] = []
+        self._events: list[Event] = list(_continued(path)) if path else []
         self._changed = threading.Condition()
         self._closed = False
         self._file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
+        self._inherited = len(self._events)
+
+    @property
+    def continued(self) -> list[Event]:
+        """The events an earlier master of this job wrote (empty for a new job)."""
+        return self._events[: self._inherited]
 
     def append(self, kind: str, /, **data: Any) -> Event:
         """Add an event of `kind` (a `vocabulary.EventKind`) with `data` (JSON-able)."""
@@ -93,6 +101,24 @@ class Journal:
             seq += len(batch)
             if done and seq >= len(self._events):
                 return
+
+
+def _continued(path: Path) -> list[Event]:
+    """The events of a journal file an earlier master wrote, which this one continues.
+    A line cut short by that master's death is cut off the file, so the next event
+    starts on a line of its own and numbering goes on without a gap."""
+    if not path.exists():
+        return []
+    with open(path, "rb+") as f:
+        raw = f.read()
+        whole = raw.rfind(b"\n") + 1
+        if whole < len(raw):
+            f.truncate(whole)
+    events = [Event.from_json(line) for line in raw[:whole].decode().splitlines() if line.strip()]
+    for i, event in enumerate(events):
+        if event.seq != i:
+            raise ValueError(f"{path}: event {i} is numbered {event.seq}: not one journal")
+    return events
 
 
 def read_journal_file(path: Path, from_seq: int = 0) -> Iterator[Event]:

@@ -55,3 +55,8 @@ class Phases:
         previous, self.current = self.current, to
         self.history.append(to)
         self._append(EventKind.PHASE, phase=to, previous=previous)
+
+    def replay(self, data: dict) -> None:
+        """A move an earlier master of this job journaled (`recovery.py`)."""
+        self.current = Phase(data["phase"])
+        self.history.append(self.current)

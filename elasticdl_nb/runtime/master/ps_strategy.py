@@ -21,7 +21,7 @@ from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
-from elasticdl_nb.vocabulary import EventKind, InstanceState, Role
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role
 
 log = logging.getLogger("elasticdl_nb.master")
 
@@ -76,6 +76,8 @@ class PsStrategy:
                 id=ps_id,
                 kind=InstanceState.RUNNING,
                 restored_version=restored_version,
+                address=address,
+                incarnation=incarnation,
             )
             job.wake()
 
@@ -132,7 +134,8 @@ class PsStrategy:
                     else:
                         done = queue.done.get((epoch, source), set())
                         missing = sorted(done - held)
-                        queue.requeue_batches(epoch, source, missing, "rolled back")
+                        if missing:
+                            queue.requeue_batches(epoch, source, missing, "rolled back")
                     if missing:
                         job.journal.append(
                             EventKind.REQUEUE,
@@ -179,3 +182,26 @@ class PsStrategy:
 
     def status_fields(self) -> dict:
         return {}
+
+    def replay(self, kind: str, data: dict) -> None:
+        if kind == EventKind.INSTANCE and data["role"] == Role.PS:
+            ps_id = data["id"]
+            if data["kind"] == InstanceState.RUNNING and "address" in data:
+                self._incarnations[ps_id] = data["incarnation"]
+                self.addresses[ps_id] = data["address"]
+                self._up[ps_id] = True
+            elif data["kind"] in INSTANCE_ENDED and not data.get("expected"):
+                self.addresses[ps_id] = ""
+        elif kind == EventKind.PS_RESTORED:
+            self._seen_version[data["ps"]] = max(data["restored_version"], 0)
+
+    def resumed(self) -> None:
+        """Reach every PS that is up again; before the next epoch counts, what each one
+        holds is compared with what the journal counted done (as after a PS restore)."""
+        with self._job.lock:
+            for ps_id, address in enumerate(self.addresses):
+                if address and self._up[ps_id]:
+                    self.stubs[ps_id] = rpc.ParameterServerStub(
+                        open_channel(address, self._token, f"ps-{ps_id}")
+                    )
+            self._needs_reconcile = True

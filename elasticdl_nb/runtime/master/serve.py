@@ -2,7 +2,9 @@
 
 It serves the Master service, launches the parameter servers and workers through the
 site's launcher (local processes or pods), runs the job to its end, then stops every
-instance it started, writes the final state and returns. The process's entry point,
+instance it started, writes the final state and returns. A master that finds the journal
+of an earlier one (which died: its supervisor or the platform restarted it) takes the
+job over where that one was (`recovery.py`) instead of starting it. The process's entry point,
 which picks the site by the job's backend, sits above the runtime
 (`elasticdl_nb.backends.master_process`).
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from elasticdl_nb.runtime.job_dir import write_json
+from elasticdl_nb.runtime.master import recovery
 from elasticdl_nb.runtime.master.assembly import build_master
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.service import MasterService
@@ -29,6 +32,8 @@ from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import JobState
 
 log = logging.getLogger("elasticdl_nb.master")
+
+SUPERVISOR_PID_ENV = "ELASTICDL_NB_SUPERVISOR_PID"
 
 
 def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> None:
@@ -59,7 +64,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     address = site.bind(server)
     env = ProcessEnv(token, job_dir, address, tuple(site.ps_addrs))
 
-    journal = Journal(files.events)
+    journal = Journal(files.events)  # a new master continues an earlier one's journal
     master = build_master(
         spec,
         job_dir,
@@ -70,17 +75,31 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         launcher_for=lambda on_event: site.launcher(env.to_environ(), on_event),
         ps_addrs=site.ps_addrs,  # fixed ones, else empty: each PS reports where it serves
     )
+    if journal.continued:  # the master before this one died: take the job over
+        recovery.rebuild(master, journal.continued)
     rpc.add_MasterServicer_to_server(MasterService(master), server)
 
     server.start()
-    write_json(files.master, {"address": address, "pid": os.getpid()})
+    write_json(
+        files.master,
+        {
+            "address": address,
+            "pid": os.getpid(),
+            # A local job's supervisor: the process whose life is the job's (it restarts
+            # a master that dies); None where the platform restarts the master.
+            "supervisor_pid": int(os.environ.get(SUPERVISOR_PID_ENV) or 0) or None,
+        },
+    )
     log.info("master of %s serving on %s", name, address)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(
             sig, lambda signum, _: master.stop(f"master got {signal.Signals(signum).name}")
         )
 
-    master.instances.start()
+    if master.incarnation:
+        recovery.resume(master)
+    else:
+        master.instances.start()
     threading.Thread(target=master.run, name="coordinator", daemon=True).start()
     while not master.finished.wait(0.5):  # a timed wait keeps signal handlers responsive
         pass

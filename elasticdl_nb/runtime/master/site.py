@@ -58,6 +58,14 @@ class InstanceLauncher(Protocol):
 
     def shutdown(self, grace_seconds: float) -> None: ...
 
+    def adopt(self) -> set[tuple[str, int]]:
+        """On a master that replaces one that died: the (role, id) of every instance an
+        earlier master of this job started that the backend still knows, whether it runs
+        or ended while no master listened. Their current state is reported to the sink
+        (as for any instance: started/running with the pid, or how it ended) before this
+        returns; what ends later is reported as usual. Called once, before any launch."""
+        ...
+
 
 class MasterSite(Protocol):
     """Where a job's master stands; made by the job's backend in the master process."""

@@ -108,3 +108,13 @@ class TrainingStrategy(Protocol):
     def status_fields(self) -> dict:
         """What the strategy adds to the job's status."""
         ...
+
+    def replay(self, kind: str, data: dict) -> None:
+        """A journal event of an earlier master of this job: set the strategy's state as
+        that event left it, and do nothing else (`recovery.py`)."""
+        ...
+
+    def resumed(self) -> None:
+        """The journal is replayed and the master serves: check what the strategy holds
+        against its peers as they are now."""
+        ...

@@ -6,13 +6,23 @@ is always identified by (epoch, source, start offset). Workers report the miniba
 whose gradients every PS accepted; when a worker is lost, the minibatches of its task
 that it had not reported go back to the front of the queue. Since every PS drops a
 minibatch it has already applied, work that is done twice is applied once.
+
+Every change to the queue is a call of one of its `@recorded` methods, and each such call
+is handed, with its arguments, to the queue's `record` (the master journals it) before
+the caller gets the result. The queue is deterministic, so a new master that makes the
+same calls in the same order (`replay`) holds the same tasks, ids, assignments and done
+sets as the one that died.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -53,6 +63,34 @@ def batch_starts(start: int, end: int, batch: int) -> list[int]:
     return list(range(start, end, batch))
 
 
+def recorded(method: Callable) -> Callable:
+    """A `TaskQueue` method whose calls change the queue: each outermost call is recorded
+    as {"op": name, its arguments, the caller's `tags`, "task": the id of a task it
+    returns}. Calls it makes to other recorded methods are part of it, not records."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def call(self: TaskQueue, *args: Any, tags: dict | None = None, **kwargs: Any) -> Any:
+        if self._inside or self.record is None:
+            return method(self, *args, **kwargs)
+        self._inside = True
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            self._inside = False
+        entry = {"op": method.__name__}
+        for name, value in signature.bind(self, *args, **kwargs).arguments.items():
+            if name != "self":
+                entry[name] = sorted(value) if isinstance(value, set | frozenset) else value
+        if isinstance(result, Task):
+            entry["task"] = result.task_id
+        self.record({**entry, **(tags or {})})
+        return result
+
+    call.recorded = True
+    return call
+
+
 class TaskQueue:
     """Training and evaluation tasks, what each worker is doing, and what is done."""
 
@@ -74,6 +112,27 @@ class TaskQueue:
         self.done: dict[tuple[int, int], set[int]] = {}  # (epoch, source) -> batch starts
         self.done_count = 0  # minibatches in `done`, all epochs: the job's step
         self._next_id = 0
+        self.record: Callable[[dict], None] | None = None  # (see the module docstring)
+        self._inside = False
+
+    def replay(self, entry: dict) -> dict:
+        """Make a recorded call again (`entry` as `record` got it); returns the entry's
+        tags (what the caller recorded besides the call). Raises if the queue does not
+        answer as it did, which would mean the replay is not the same history."""
+        method = getattr(type(self), entry["op"], None)
+        if not getattr(method, "recorded", False):
+            raise ValueError(f"not a recorded call of the task queue: {entry}")
+        params = inspect.signature(method.__wrapped__).parameters
+        args = {k: v for k, v in entry.items() if k in params and k != "self"}
+        record, self.record = self.record, None
+        try:
+            result = method(self, **args)
+        finally:
+            self.record = record
+        given = result.task_id if isinstance(result, Task) else None
+        if given != entry.get("task"):
+            raise ValueError(f"replayed {entry} gave task {given}: not the same history")
+        return {k: v for k, v in entry.items() if k not in params and k not in ("op", "task")}
 
     # ------------------------------------------------------------------ making tasks
 
@@ -90,6 +149,7 @@ class TaskQueue:
             for s in range(0, src.num_records, self.per_task)
         ]
 
+    @recorded
     def add_epoch(self, epoch: int) -> int:
         """Queue the training tasks of one epoch; returns how many."""
         tasks = self._cover(self.train, kind=TRAINING, epoch=epoch)
@@ -100,15 +160,18 @@ class TaskQueue:
             self.done.setdefault((epoch, i), set())
         return len(tasks)
 
+    @recorded
     def add_evaluation(self, eval_round: int) -> int:
         """Queue an evaluation round at the front: the model is judged as it is now."""
         tasks = self._cover(self.validation, kind=EVALUATION, eval_round=eval_round)
         self.todo.extendleft(reversed(tasks))
         return len(tasks)
 
+    @recorded
     def add_export(self, path: str) -> None:
         self.todo.appendleft(self._new(kind=EXPORT, export_path=path))
 
+    @recorded
     def requeue_batches(
         self, epoch: int, source: int, starts: list[int], reason: str
     ) -> list[Task]:
@@ -134,6 +197,7 @@ class TaskQueue:
 
     # ------------------------------------------------------------------ handing out
 
+    @recorded
     def next_for(self, worker_id: int) -> Task | None:
         if not self.todo:
             return None
@@ -145,6 +209,7 @@ class TaskQueue:
         """Whether the worker has a task handed out and not finished."""
         return any(a.worker_id == worker_id for a in self.doing.values())
 
+    @recorded
     def report(self, task_id: int, starts: list[int]) -> list[int]:
         """Record reported minibatches; returns the ones that were not known done yet."""
         assignment = self.doing.get(task_id)
@@ -160,9 +225,11 @@ class TaskQueue:
         assignment.done_starts.update(starts)
         return fresh
 
+    @recorded
     def finish(self, task_id: int) -> Assignment | None:
         return self.doing.pop(task_id, None)
 
+    @recorded
     def release_worker(self, worker_id: int) -> list[tuple[Task, list[int]]]:
         """Take back a lost worker's tasks; returns (task, requeued batch starts) pairs."""
         released = []
@@ -192,13 +259,14 @@ class TaskQueue:
         tasks = list(self.todo) + [a.task for a in self.doing.values()]
         return any(t.kind == TRAINING and (epoch is None or t.epoch == epoch) for t in tasks)
 
+    @recorded
     def settle(self, epoch: int, source: int, held: set[int]) -> list[int]:
         """Make `done` what every PS holds, for an epoch none of whose tasks is open:
         minibatches held but never reported count as done, and the ones not held (lost
         in a rollback, or never applied) are queued again. Returns those."""
         expected = set(batch_starts(0, self.train[source].num_records, self.batch))
         done = self.done.setdefault((epoch, source), set())
-        settled = expected & held
+        settled = expected & set(held)
         self.done_count += len(settled - done)
         done.update(settled)
         missing = sorted(expected - held)
