@@ -187,3 +187,44 @@ def test_a_journal_continued_by_a_new_master_has_no_gap_and_no_torn_line(tmp_pat
     assert second.append("tick", i=3).seq == 3
     second.close()
     assert [e.seq for e in Journal(path).continued] == [0, 1, 2, 3]
+
+
+def test_an_allreduce_master_rebuilds_the_group_and_gives_a_survivor_that_asks_again_the_same_plan(
+    tmp_path,
+):
+    import threading
+
+    options = {"workers": 3, "ps": 1, "records": 60, "strategy": "allreduce"}
+    master = started_master(tmp_path, validation_records=0, **options)
+    group = master.strategy
+    joins = [
+        threading.Thread(target=group.join, args=(w, f"127.0.0.1:{7000 + w}")) for w in range(3)
+    ]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(10)
+    assert group.coordinator.latest() == 1
+    master.instances.on_event(InstanceEvent(Role.WORKER, 2, InstanceState.KILLED, pid=102))
+    lost = [
+        pb.LostReport(worker_id=w, version=1, completed_step=5, holds_result=True, suspect=-1)
+        for w in (0, 1)
+    ]
+    plans = {}
+    asks = [
+        threading.Thread(target=lambda r=r: plans.__setitem__(r.worker_id, group.report_lost(r)))
+        for r in lost
+    ]
+    for t in asks:
+        t.start()
+    for t in asks:
+        t.join(10)
+    assert plans[0] == plans[1] and plans[0].group.version == 2
+
+    new = built_master(tmp_path, RecordingLauncher(), Journal(), validation_records=0, **options)
+    recovery.rebuild(new, list(master.journal.read(0, follow=False)))
+    assert new.strategy.coordinator.group(1) == group.coordinator.group(1)
+    assert new.strategy.coordinator.group() == group.coordinator.group()
+    assert new.strategy.report_lost(lost[1]) == plans[1]  # its reply was lost: it asks again
+    assert new.strategy.get(0).members == plans[0].group.members  # (with the addresses)
+    assert 2 not in new.strategy._deferred  # recovered from already

@@ -17,7 +17,10 @@
   reports within that time).
 - `dead`: the backend saw a worker end; an agreement may be complete without it.
 
-Every change is journaled ("group" events: version, members, who joined and left).
+Every change is journaled ("group" events: version, members and their addresses, who
+joined and left, and after a failure the whole decision), so that a new master that
+replaces one that died holds the same versions and answers a survivor that asks again
+with the same decision (`replay`).
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class GroupCoordinator:
         self._journal(
             EventKind.GROUP, version=group.version, members=members, joined=joined,
             left=sorted(old - set(members)), reason=reason,
+            addresses=[a for _, a in group.members],
         )  # fmt: skip
         self._changed.notify_all()
 
@@ -113,6 +117,23 @@ class GroupCoordinator:
         """The workers of the newest version."""
         with self._changed:
             return {w for w, _ in self._membership.current.members}
+
+    # ------------------------------------------------------------------ a new master
+
+    def replay(self, data: dict) -> None:
+        """A `group` event an earlier master journaled: that version (and, after a
+        failure, the decision, which survivors that ask again get as the others did)."""
+        group = Group(data["version"], tuple(zip(data["members"], data["addresses"])))
+        recovery = None
+        if data["reason"] == GroupChange.FAILURE:
+            recovery = Recovery(
+                group, data["step"], data["source"], tuple(data["behind"]),
+                tuple(data["left"]), tuple(data["joiners"]),
+            )  # fmt: skip
+        with self._changed:
+            self._membership.replay(group, data.get("failed"), recovery)
+            self._journaled.add(group.version)
+            self._first_join = self._first_join or time.monotonic()
 
     # ------------------------------------------------------------------ failure
 
@@ -164,6 +185,9 @@ class GroupCoordinator:
                     left=list(recovery.lost), reason=GroupChange.FAILURE,
                     step=recovery.step, agreed_s=round(time.monotonic() - first, 6),
                     causes={str(w): c for w, c in self._causes.get(version, {}).items()},
+                    addresses=[a for _, a in recovery.group.members], failed=version,
+                    source=recovery.source, behind=list(recovery.behind),
+                    joiners=list(recovery.joiners),
                 )  # fmt: skip
             self._changed.notify_all()
             return recovery

@@ -157,6 +157,18 @@ class Membership:
         )
         return self._decided[version]
 
+    def replay(self, group: Group, failed: int | None, recovery: Recovery | None) -> None:
+        """A version an earlier master made, as it journaled it: by a join or leave, or
+        (`failed`: the version whose failure it decided) by `recovery`."""
+        self.groups[group.version] = group
+        self.version = max(self.version, group.version)
+        if failed is None:
+            self._switched.add(group.version)
+        else:
+            self._reports.pop(failed, None)
+            self._decided[failed] = recovery
+            self._dead.update(recovery.lost)
+
     def _new_version(self, members: list[tuple[int, str]]) -> Group:
         self.version += 1
         self.groups[self.version] = Group(self.version, tuple(members))

@@ -29,7 +29,7 @@ from elasticdl_nb.runtime.collective.membership import Recovery, Report
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost
 from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.vocabulary import EventKind
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, GroupChange, Role
 
 log = logging.getLogger("elasticdl_nb.master")
 
@@ -176,10 +176,26 @@ class AllreduceGroup:
         return []  # the model lives in the replicas; the exported model is the result
 
     def replay(self, kind: str, data: dict) -> None:
-        pass  # TODO(issue 16): the group's versions and decisions
+        """The group's versions and decisions, and members that ended and were not
+        recovered from yet. (A decision whose carrying out the old master did not journal
+        is carried out when a survivor asks again: doing it twice changes nothing.)"""
+        if kind == EventKind.GROUP:
+            self.coordinator.replay(data)
+            if data["reason"] == GroupChange.FAILURE:
+                for worker in data["left"]:
+                    self._deferred.pop(worker, None)
+        elif (
+            kind == EventKind.INSTANCE
+            and data["role"] == Role.WORKER
+            and data["kind"] in INSTANCE_ENDED
+        ):
+            members = self.coordinator.members()
+            self.coordinator.dead(data["id"])
+            if data["id"] in members:
+                self._deferred[data["id"]] = time.monotonic()
 
     def resumed(self) -> None:
-        pass
+        pass  # the members find the new master themselves (their calls are retried)
 
     def status_fields(self) -> dict:
         try:
