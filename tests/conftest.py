@@ -12,8 +12,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def job_processes(home: Path) -> list[str]:
-    """Command lines of the live elasticdl-nb processes of jobs under `home`."""
+def job_processes(home: Path, every: bool = False) -> list[str]:
+    """Command lines of the live worker and PS processes of jobs under `home` (`every`:
+    their masters and supervisors too)."""
+    kinds = (
+        ("elasticdl_nb.runtime.", "elasticdl_nb.backends.") if every else ("elasticdl_nb.runtime.",)
+    )
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -23,7 +27,7 @@ def job_processes(home: Path) -> list[str]:
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if "elasticdl_nb.runtime." in cmdline and (
+        if any(kind in cmdline for kind in kinds) and (
             str(home) in cmdline or f"ELASTICDL_NB_JOB_DIR={home}".encode() in environ
         ):
             found.append(f"{proc.name} {cmdline.strip()}")

@@ -21,6 +21,8 @@ from elasticdl_nb.runtime.job_dir import JobDir, read_json, write_json
 HOME_ENV = "ELASTICDL_NB_HOME"
 # What a master process runs (`python -m ...`): the one entry point of every backend.
 MASTER_MODULE = "elasticdl_nb.backends.master_process"
+# What a local job's supervisor runs: the process that restarts a master that dies.
+SUPERVISOR_MODULE = "elasticdl_nb.backends.local.supervisor"
 
 
 def home() -> Path:
@@ -48,7 +50,8 @@ class JobRecord:
 
     @property
     def master(self) -> dict | None:
-        """{'address', 'pid'} once the master is serving."""
+        """{'address', 'pid', 'supervisor_pid'} once the master is serving (the last one
+        that did; the supervisor's pid is None where there is no supervisor)."""
         return read_json(self.files.master)
 
     @property
@@ -57,19 +60,29 @@ class JobRecord:
         return read_json(self.files.state)
 
     def master_alive(self) -> bool:
+        """Whether the job's master serves on this machine, or may again: a local job's
+        master is alive while its supervisor runs (it restarts a master that dies, in a
+        second); without a supervisor, while the master process runs."""
         master = self.master
         if not master:
             return False
-        try:
-            os.kill(master["pid"], 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        # A pid can be reused: the master's command line names the job directory.
-        try:
-            cmdline = Path(f"/proc/{master['pid']}/cmdline").read_bytes()
-        except OSError:
-            return False
-        return MASTER_MODULE.encode() in cmdline
+        if master.get("supervisor_pid"):
+            return _runs(master["supervisor_pid"], SUPERVISOR_MODULE)
+        return _runs(master["pid"], MASTER_MODULE)
+
+
+def _runs(pid: int, module: str) -> bool:
+    """Whether process `pid` runs `python -m module` (a pid can be reused: the command
+    line tells ours from another; a zombie has none)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return module.encode() in cmdline
 
 
 class JobExists(ElasticDLError, ValueError):

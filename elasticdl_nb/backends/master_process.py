@@ -1,20 +1,25 @@
 """The master process: `python -m elasticdl_nb.backends.master_process --job-dir DIR`.
 
-Started detached by the local backend (a kernel restart does not end the job), or as a
-job's master pod. It picks the site of the job's backend and hands it to the runtime
+Started by a local job's supervisor (`backends/local/supervisor.py`), or as a job's master
+pod. It picks the site of the job's backend and hands it to the runtime
 (`runtime.master.serve`), which runs the job to its end. It sits here, above both, so the
 runtime never imports a backend.
+
+Under a supervisor, its lifeline is set first, before the slow imports: a supervisor that
+dies meanwhile takes this process with it (a pod's master has none to set).
 """
 
-from __future__ import annotations
+from elasticdl_nb.runtime.lifeline import die_with_parent
 
-import argparse
-import shutil
-from pathlib import Path
+die_with_parent()
 
-from elasticdl_nb.backends import get_backend
-from elasticdl_nb.runtime.logs import setup_logging
-from elasticdl_nb.runtime.master.serve import serve
+import argparse  # noqa: E402
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from elasticdl_nb.backends import get_backend  # noqa: E402
+from elasticdl_nb.runtime.logs import setup_logging  # noqa: E402
+from elasticdl_nb.runtime.master.serve import serve  # noqa: E402
 
 
 def _copy_job_files(source: Path, job_dir: Path) -> None:

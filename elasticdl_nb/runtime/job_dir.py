@@ -4,7 +4,8 @@ shares. Its layout is written here and nowhere else:
     job.json      name, backend, creation time, token (and, for a Kubernetes job, where
                   it runs: namespace, kubeconfig, the master's address); owner-only
     spec.json     the JobSpec            sources.json  resolved data sources
-    bundle/       the model bundle       master.json   master address and pid (when up)
+    bundle/       the model bundle       master.json   master address and pid (when up),
+                                         and its supervisor's pid (a local job)
     data/         notebook arrays staged for the job
     state.json    the final state, written by the master when the job ends
     events.jsonl  the event journal      logs/         one log per process
@@ -23,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from elasticdl_nb.vocabulary import Role
+
+# The process of a local job that runs its master and its workers and PS (not a Role: it
+# takes no part in training), logging to `supervisor.log`.
+SUPERVISOR = "supervisor"
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,8 @@ class JobDir:
         return self.path / "model.keras"
 
     def log(self, role: str, index: int = 0) -> Path:
-        """The log of one process: `master.log`, `worker-3.log`, `ps-0.log`."""
-        name = "master" if role == Role.MASTER else f"{role}-{index}"
+        """The log of one process: `master.log`, `supervisor.log`, `worker-3.log`, `ps-0.log`."""
+        name = role if role in (Role.MASTER, SUPERVISOR) else f"{role}-{index}"
         return self.logs / f"{name}.log"
 
     def log_tail(self, role: str, index: int = 0, lines: int = 30) -> str:

@@ -51,22 +51,28 @@ class StubMaster:
         self.server.start()
 
 
+def prepare_job_dir(job_dir: Path) -> None:
+    """The files of a one-PS, one-worker job with no data, in a new `job_dir`: enough
+    for its worker and PS to start (and wait for a master)."""
+    from elasticdl_nb.capture import write_bundle
+    from elasticdl_nb.spec import JobSpec
+
+    job_dir.mkdir(parents=True)
+    spec = JobSpec.from_options(data=["unused"], ps=1, workers=1, checkpoint_steps=10**9)
+    (job_dir / "spec.json").write_text(spec.to_json())
+    (job_dir / "sources.json").write_text('{"train": [], "validation": []}')
+    (job_dir / "sgd_model.py").write_text(MODEL_FILE)
+    write_bundle(
+        job_dir / "bundle", model_zoo=str(job_dir / "sgd_model.py"), model_def="custom_model"
+    )
+
+
 class JobProcess:
     """`python -m elasticdl_nb.runtime.<role> --id 0` of a one-PS job, as a backend starts
     it; its output goes to `<role>.log` in the job directory."""
 
     def __init__(self, job_dir: Path, master: StubMaster, role: str = "ps"):
-        from elasticdl_nb.capture import write_bundle
-        from elasticdl_nb.spec import JobSpec
-
-        job_dir.mkdir(parents=True)
-        spec = JobSpec.from_options(data=["unused"], ps=1, workers=1, checkpoint_steps=10**9)
-        (job_dir / "spec.json").write_text(spec.to_json())
-        (job_dir / "sources.json").write_text('{"train": [], "validation": []}')
-        (job_dir / "sgd_model.py").write_text(MODEL_FILE)
-        write_bundle(
-            job_dir / "bundle", model_zoo=str(job_dir / "sgd_model.py"), model_def="custom_model"
-        )
+        prepare_job_dir(job_dir)
         self.job_dir, self.master, self.role, self.proc = job_dir, master, role, None
         self.log = job_dir / f"{role}.log"
 

@@ -1,7 +1,8 @@
 """A job's processes and their master, with real processes: a master that stops answering
-for a while is waited for, a master that dies takes its job's processes with it, jobs
-started together do not take each other's ports, and a process that reaches the wrong
-server says so and ends instead of retrying forever."""
+for a while is waited for, a job's supervisor that dies takes every process of the job
+with it, a stopped job leaves none and its master is not restarted, jobs started together
+do not take each other's addresses, and a process that reaches the wrong server says so
+and ends instead of retrying forever."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from elasticdl_nb.backends.job_records import find_job
+from elasticdl_nb.backends.local.submit import kill_job
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
@@ -29,6 +32,10 @@ pytestmark = pytest.mark.slow
 
 def _master_pid(job) -> int:
     return json.loads((Path(job.dir) / "master.json").read_text())["pid"]
+
+
+def _supervisor_pid(job) -> int:
+    return json.loads((Path(job.dir) / "master.json").read_text())["supervisor_pid"]
 
 
 def _live_pids(job) -> dict[tuple[str, int], int]:
@@ -98,23 +105,45 @@ def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_proces
     assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
 
 
-def test_a_master_killed_by_sigkill_leaves_no_process_of_its_job_behind(job_home):
-    rng = fault_rng("master-sigkill")
+def test_a_supervisor_killed_by_sigkill_leaves_no_process_of_its_job_behind(job_home):
+    rng = fault_rng("supervisor-sigkill")
     job, _, _ = digits_job(workers=2, epochs=200, evaluate=False)
     wait_for_step(job, rng.randint(1, 30))
-    master = _master_pid(job)
+    supervisor = _supervisor_pid(job)
     pids = _live_pids(job)
     assert len(pids) == 3, pids
+    pids[("master", 0)] = _master_pid(job)
     for (role, instance), pid in pids.items():  # the lifeline is armed in every one of them
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        assert f"{PARENT_ENV}={master}".encode() in environ, f"{role} {instance} has no lifeline"
+        assert f"{PARENT_ENV}={supervisor}".encode() in environ, (
+            f"{role} {instance} has no lifeline"
+        )
 
-    os.kill(master, signal.SIGKILL)
+    os.kill(supervisor, signal.SIGKILL)
     killed = time.monotonic()
     wait_for(lambda: not any(_alive(p) for p in pids.values()), 5, "the job's processes to end")
-    print(f"every worker and PS gone {time.monotonic() - killed:.2f} s after the master")
-    assert job_processes(job_home) == []
+    print(f"master, workers and PS gone {time.monotonic() - killed:.2f} s after the supervisor")
+    assert job_processes(job_home, every=True) == []
     assert job.status()["state"] == "lost"
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_stopped_job_leaves_no_process_behind_and_its_master_is_not_restarted(job_home, how):
+    job, _, _ = digits_job(workers=2, epochs=200, evaluate=False)
+    wait_for_step(job, 3)
+    master, supervisor = _master_pid(job), _supervisor_pid(job)
+
+    if how == "stop":  # the master is asked (Stop), ends the job and exits
+        assert job.stop()["state"] == "stopped"
+    else:  # SIGTERM to the job's session (supervisor, master, workers, PS), then SIGKILL
+        kill_job(find_job(job.name), grace_seconds=30)
+        assert job.status()["state"] == "stopped"
+    assert not _alive(supervisor)
+    assert job_processes(job_home, every=True) == []
+    assert _master_pid(job) == master  # no other master has served since
+    log = (Path(job.dir) / "logs" / "supervisor.log").read_text()
+    assert "master incarnation 0 started" in log
+    assert "restarting" not in log and "master incarnation 1" not in log, log
 
 
 def test_three_jobs_started_at_the_same_moment_all_succeed(job_home):

@@ -1,5 +1,6 @@
-"""How the notebook reaches a local job's master: the address and pid it wrote into the
-job directory, and its process group to end the job by force."""
+"""How the notebook reaches a local job's master: the address it wrote into the job
+directory (the same for every master of the job), whether the job's supervisor still runs
+(it restarts a master that dies), and its process group to end the job by force."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.backends.local import submit
+from elasticdl_nb.runtime.job_dir import SUPERVISOR
 
 
 class LocalMasterLink:
@@ -19,7 +21,8 @@ class LocalMasterLink:
         return self.record.dir
 
     def address(self) -> str | None:
-        """The master's address while it runs, else None."""
+        """The master's address while the job's processes run, else None. While a master
+        that died is being replaced, the address is its successor's: calls wait for it."""
         master = self.record.master
         return master["address"] if master and self.record.master_alive() else None
 
@@ -31,10 +34,11 @@ class LocalMasterLink:
 
     def lost_reason(self) -> str:
         """Why the job is gone without an end state ('' unless it is)."""
-        if self.address() is None and self.record.master is not None:
+        if self.record.master is not None and not self.final_state() and self.address() is None:
             return (
-                "the master process is gone without recording an end state (killed?); "
-                "see job.logs('master')"
+                "the job's processes are gone without recording an end state (its "
+                "supervisor was killed?); see job.logs('master') and "
+                f"{self.record.files.log(SUPERVISOR)}"
             )
         return ""
 

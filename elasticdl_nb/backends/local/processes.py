@@ -1,118 +1,125 @@
-"""Worker and PS processes of a local job, launched and watched by the master.
+"""Worker and PS processes of a local job, started and reaped by the job's supervisor
+(`supervisor.py`) on its master's request.
 
-Each instance is a child of the master (so its exit code or signal is known exactly) in
-the master's own session, and asks the kernel to kill it if the master dies (see
-`elasticdl_nb.runtime.lifeline`), so a job never leaves processes behind, however the
-master ends. The kernel ties that signal to the *thread* that forked, so every process is
-forked from one long-lived spawner thread, never from a short-lived one (a watcher, a timer).
+Each instance is a child of the supervisor (so its exit code or signal is known exactly)
+in the supervisor's session, and asks the kernel to kill it if the supervisor dies (see
+`elasticdl_nb.runtime.lifeline`): a job never leaves processes behind, however it ends,
+while a master that dies leaves them running for the next one. The kernel ties that
+signal to the *thread* that forked, so the supervisor forks everything from its one
+thread.
+
+What happened to each instance is kept here as an event (the fields of
+`runtime.master.site.InstanceEvent`, as a dict: no gRPC in the supervisor), so a master
+that starts later can learn it (`states`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
-from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent
-from elasticdl_nb.vocabulary import InstanceState
+from elasticdl_nb.vocabulary import InstanceState, Role
+
+log = logging.getLogger("elasticdl_nb.supervisor")
+
+Event = dict[str, Any]  # role, instance_id, kind, and exit_code, signal, reason, pid
 
 
 class LocalProcesses:
-    def __init__(self, job_dir: Path, env: dict[str, str], on_event: EventSink):
+    """The workers and PS of one job, as children of the calling process. Not thread
+    safe: one thread starts, kills and reaps them."""
+
+    def __init__(self, job_dir: Path, environ: dict[str, str]):
         self.files = JobDir(job_dir)
         self.files.logs.mkdir(parents=True, exist_ok=True)
-        self._env = {
-            **os.environ,
-            **env,
-            PARENT_ENV: str(os.getpid()),  # arms the lifeline: they die with this master
+        self._environ = {
+            **environ,
+            PARENT_ENV: str(os.getpid()),  # arms the lifeline: they die with this process
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "PYTHONUNBUFFERED": "1",
         }
-        self._on_event = on_event
-        self._procs: dict[tuple[str, int], subprocess.Popen] = {}
-        self._lock = threading.Lock()
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+        self._live: dict[int, tuple[tuple[str, int], subprocess.Popen]] = {}  # by pid
+        self.states: dict[tuple[str, int], Event] = {}  # the last event of each instance
 
-    def _spawn(self, role: str, instance_id: int) -> subprocess.Popen:
-        log_path = self.files.log(role, instance_id)
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(
+    def launch(self, role: str, instance_id: int, env: dict[str, str]) -> Event:
+        """Start `python -m elasticdl_nb.runtime.<role> --id <instance_id>` with `env`
+        added to the environment; returns its `started` event."""
+        if role not in (Role.WORKER, Role.PS):
+            raise ValueError(f"no such role to launch: {role!r}")
+        key = (role, instance_id)
+        older = self._current(key)
+        if older is not None:  # one process per instance: the newer launch wins
+            log.warning("%s %d: pid %d still runs; killing it first", role, instance_id, older)
+            os.kill(older, signal.SIGKILL)
+        with open(self.files.log(role, instance_id), "ab") as out:
+            proc = subprocess.Popen(
                 [sys.executable, "-m", f"elasticdl_nb.runtime.{role}", "--id", str(instance_id)],
-                env=self._env,
+                env={**self._environ, **env},
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
             )
+        self._live[proc.pid] = (key, proc)
+        event = _event(key, InstanceState.STARTED, pid=proc.pid)
+        self.states[key] = event
+        return event
 
-    def launch(self, role: str, instance_id: int) -> None:
-        proc = self._spawner.submit(self._spawn, role, instance_id).result()
-        with self._lock:
-            self._procs[(role, instance_id)] = proc
-        self._on_event(InstanceEvent(role, instance_id, InstanceState.STARTED, pid=proc.pid))
-        threading.Thread(
-            target=self._watch,
-            args=(role, instance_id, proc),
-            daemon=True,
-            name=f"watch-{role}-{instance_id}",
-        ).start()
-
-    def _watch(self, role: str, instance_id: int, proc: subprocess.Popen) -> None:
-        code = proc.wait()
-        with self._lock:
-            if self._procs.get((role, instance_id)) is proc:
-                del self._procs[(role, instance_id)]
-        if code == 0:
-            event = InstanceEvent(
-                role, instance_id, InstanceState.SUCCEEDED, exit_code=0, pid=proc.pid
-            )
-        elif code < 0:
-            name = signal.Signals(-code).name
-            event = InstanceEvent(
-                role,
-                instance_id,
-                InstanceState.KILLED,
-                signal=name,
-                pid=proc.pid,
-                reason=f"killed by {name}",
-            )
-        else:
-            event = InstanceEvent(
-                role,
-                instance_id,
-                InstanceState.FAILED,
-                exit_code=code,
-                pid=proc.pid,
-                reason=f"exited with code {code}",
-            )
-        self._on_event(event)
-
-    def grow_memory(self, role: str) -> str | None:
-        return None  # local processes have no memory limit to raise
-
-    def pid(self, role: str, instance_id: int) -> int | None:
-        with self._lock:
-            proc = self._procs.get((role, instance_id))
-            return proc.pid if proc else None
+    def reap(self) -> list[Event]:
+        """The end events of the instances that ended since the last call (not of one
+        that a newer launch of the same instance replaced)."""
+        ended = []
+        for pid, (key, proc) in list(self._live.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self._live[pid]
+            event = _end_event(key, code, pid)
+            if self.states[key].get("pid") != pid:
+                log.info("%s %d (pid %d, replaced) %s", *key, pid, event["reason"])
+                continue
+            self.states[key] = event
+            ended.append(event)
+        return ended
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None:
-        with self._lock:
-            proc = self._procs.get((role, instance_id))
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+        pid = self._current((role, instance_id))
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
 
-    def shutdown(self, grace_seconds: float) -> None:
-        """SIGTERM everything, then SIGKILL what is still there after the grace period."""
-        with self._lock:
-            procs = list(self._procs.values())
-        terminate(procs, grace_seconds)
+    def live(self) -> list[subprocess.Popen]:
+        return [proc for _, proc in self._live.values() if proc.returncode is None]
+
+    def _current(self, key: tuple[str, int]) -> int | None:
+        """The pid of the live process of instance `key`, if there is one."""
+        pid = self.states.get(key, {}).get("pid")
+        if pid in self._live and self._live[pid][1].poll() is None:
+            return pid
+        return None
+
+
+def _event(key: tuple[str, int], kind: InstanceState, **fields: Any) -> Event:
+    return {"role": key[0], "instance_id": key[1], "kind": str(kind), **fields}
+
+
+def _end_event(key: tuple[str, int], code: int, pid: int) -> Event:
+    """How a process ended, from its wait status as `Popen.returncode` gives it."""
+    if code == 0:
+        return _event(key, InstanceState.SUCCEEDED, exit_code=0, pid=pid)
+    if code < 0:
+        name = signal.Signals(-code).name
+        return _event(key, InstanceState.KILLED, signal=name, pid=pid, reason=f"killed by {name}")
+    return _event(
+        key, InstanceState.FAILED, exit_code=code, pid=pid, reason=f"exited with code {code}"
+    )
 
 
 def terminate(procs: list[subprocess.Popen], grace_seconds: float) -> None:

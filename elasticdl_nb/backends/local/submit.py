@@ -1,8 +1,9 @@
-"""Start a local job's master, detached from the caller, and stop it again.
+"""Start a local job, detached from the caller, and stop it again.
 
-The master runs in a session of its own, so a kernel restart or a closed terminal does not
-end the job; the workers and PS it starts share that session, so stopping the session
-stops the job, however it got stuck.
+The job's supervisor (`supervisor.py`) runs in a session of its own, so a kernel restart
+or a closed terminal does not end the job; the master, workers and PS it starts share
+that session, so stopping the session stops the job, however it got stuck. The
+supervisor restarts a master that dies; the job ends with the supervisor.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
-from elasticdl_nb.backends.job_records import MASTER_MODULE, JobRecord
+from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE, JobRecord
 from elasticdl_nb.errors import ElasticDLError
-from elasticdl_nb.runtime.job_dir import log_tail
+from elasticdl_nb.runtime.job_dir import SUPERVISOR, log_tail
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 
 MASTER_START_TIMEOUT = 60.0
@@ -27,23 +29,24 @@ class LaunchError(ElasticDLError, RuntimeError):
 
 
 def start_master(record: JobRecord) -> dict:
-    """Spawn the master and wait until it serves; returns {'address', 'pid', 'ps'}."""
+    """Spawn the job's supervisor, which starts the master, and wait until the master
+    serves; returns master.json: {'address', 'pid', 'supervisor_pid'}."""
     logs = record.files.logs
     logs.mkdir(exist_ok=True)
     env = dict(os.environ)
     env[TOKEN_ENV] = record.token
-    # The master forks workers while its gRPC threads run; gRPC's fork handlers would
-    # then run in the child before exec and can abort it. Nothing forked uses gRPC.
+    # The supervisor forks the master, workers and PS; gRPC's fork handlers, were any
+    # process to fork while its gRPC threads run, would then run in the child before exec
+    # and can abort it. Nothing forked uses gRPC.
     env["GRPC_ENABLE_FORK_SUPPORT"] = "false"
     # The caller's working directory and path come along, so modules the user's
     # functions import by name (a helper module beside the notebook) import in the job too.
     env["PYTHONPATH"] = os.pathsep.join(
         [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
     )
-    master_log = record.files.log("master")
-    with open(master_log, "ab") as log:
+    with open(record.files.log(SUPERVISOR), "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", MASTER_MODULE, "--job-dir", str(record.dir)],
+            [sys.executable, "-m", SUPERVISOR_MODULE, "--job-dir", str(record.dir)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -51,21 +54,22 @@ def start_master(record: JobRecord) -> dict:
             start_new_session=True,
             close_fds=True,
         )
-    # Reap the master when it exits, so a finished job leaves no zombie in the caller.
+    # Reap the supervisor when it exits, so a finished job leaves no zombie in the caller.
     threading.Thread(target=proc.wait, daemon=True, name=f"reap-{record.name}").start()
+    master_log = record.files.log("master")
     deadline = time.monotonic() + MASTER_START_TIMEOUT
     while time.monotonic() < deadline:
         master = record.master
-        if master and master.get("pid") == proc.pid:
+        if master and master.get("supervisor_pid") == proc.pid:
             return master
-        if proc.poll() is not None:
+        if proc.poll() is not None:  # it ends with the first master's exit code
             raise LaunchError(
                 f"The master of job {record.name!r} exited with code "
                 f"{proc.returncode} before serving. Its log "
                 f"({master_log}):\n{log_tail(master_log)}"
             )
         time.sleep(0.05)
-    kill_job(record)
+    _end_group(proc.pid, lambda: proc.poll() is None, grace_seconds=10.0)
     raise LaunchError(
         f"The master of job {record.name!r} did not start serving within "
         f"{MASTER_START_TIMEOUT:.0f} s; it was stopped. Its log:\n"
@@ -74,17 +78,22 @@ def start_master(record: JobRecord) -> dict:
 
 
 def kill_job(record: JobRecord, grace_seconds: float = 10.0) -> None:
-    """SIGTERM the job's process group, then SIGKILL it if it lingers."""
+    """SIGTERM the job's process group (its supervisor's session), then SIGKILL it if it
+    lingers."""
     master = record.master
     if not master or not record.master_alive():
         return
-    pgid = master["pid"]
+    _end_group(master.get("supervisor_pid") or master["pid"], record.master_alive, grace_seconds)
+
+
+def _end_group(pgid: int, alive: Callable[[], bool], grace_seconds: float) -> None:
+    """SIGTERM process group `pgid`; SIGKILL it once its leader has not ended in time."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and record.master_alive():
+    while time.monotonic() < deadline and alive():
         time.sleep(0.1)
     try:
         os.killpg(pgid, signal.SIGKILL)
