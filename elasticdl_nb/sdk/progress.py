@@ -82,6 +82,12 @@ def describe(event: Event) -> str | None:
             f"group v{d['version']} stepping again at step {d['step']}: "
             f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
         )
+    if event.kind == EventKind.MASTER_RESTARTED:
+        return (
+            f"master restarted (#{d['incarnation']}): rebuilt from {d['replayed']} events in "
+            f"{_milliseconds(d['rebuild_s'])}, {d['down_s']:.1f} s after the last one's last "
+            f"event; {d['adopted']} instances went on in their processes"
+        )
     if event.kind == EventKind.JOB_STATE and d["state"] != JobState.RUNNING:
         reason = f": {d['reason']}" if d.get("reason") else ""
         return f"job {d['state']}{reason}"

@@ -361,6 +361,7 @@ def _is_error(event: Event) -> bool:
     if event.kind == EventKind.GROUP:
         return d.get("reason") == GroupChange.FAILURE
     return event.kind in (
+        EventKind.MASTER_RESTARTED,
         EventKind.RELAUNCH_REFUSED,
         EventKind.PS_RESTORED,
         EventKind.PENDING_TOO_LONG,

@@ -150,7 +150,7 @@ class JobMaster:
                 if not self.instances.takes_work(worker_id):
                     return self.strategy.task_for_unwanted(worker_id)
                 task = None
-                if self.epoch >= 0:
+                if self.epoch >= 0 and self.queue.todo:  # (an empty ask is not journaled)
                     task = self.queue.next_for(worker_id, tags={"seq": seq} if seq else None)
                 if task is not None:
                     message = task.to_message()
@@ -324,6 +324,7 @@ class JobMaster:
                 "strategy": self.spec.strategy,
                 **self.strategy.status_fields(),
                 "events": len(self.journal),
+                "master_restarts": self.incarnation,
                 "model_path": self.export_path if self.phase == Phase.FINISHING else "",
             }
 

@@ -264,9 +264,10 @@ class TaskQueue:
         """Make `done` what every PS holds, for an epoch none of whose tasks is open:
         minibatches held but never reported count as done, and the ones not held (lost
         in a rollback, or never applied) are queued again. Returns those."""
+        held = set(held)  # (a replayed call gives a list)
         expected = set(batch_starts(0, self.train[source].num_records, self.batch))
         done = self.done.setdefault((epoch, source), set())
-        settled = expected & set(held)
+        settled = expected & held
         self.done_count += len(settled - done)
         done.update(settled)
         missing = sorted(expected - held)

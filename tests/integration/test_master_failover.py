@@ -1,0 +1,110 @@
+"""The master survives its own death (local backend): SIGKILLed three times at random
+steps, each time a new master rebuilds the job from the journal and the workers and PS go
+on in the same processes; the job succeeds with every record applied exactly once, the
+journal and a follower of `Job.events()` see one unbroken sequence."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from elasticdl_nb.runtime.worker.replica_records import replica_problems
+from elasticdl_nb.vocabulary import INSTANCE_ENDED
+from tests.conftest import job_processes
+from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.models import accuracy, digits_job, paced_loss
+
+pytestmark = pytest.mark.slow
+
+KILLS = 3
+BATCH = 32
+
+
+def _master(job) -> dict:
+    return json.loads((Path(job.dir) / "master.json").read_text())
+
+
+def _instance_pids(status: dict) -> dict[tuple[str, int], int]:
+    return {
+        (i["role"], i["id"]): i["pid"]
+        for i in status["instances"]
+        if i["pid"] and i["state"] not in INSTANCE_ENDED
+    }
+
+
+def _kill_the_master_three_times(job, rng, last_step: int) -> list[float]:
+    """SIGKILL the master at three random steps, each after the one before has been
+    replaced; returns how long each took to be serving again."""
+    steps = sorted(rng.sample(range(20, last_step), KILLS))
+    took = []
+    for step in steps:
+        wait_for_step(job, step)
+        old = _master(job)["pid"]
+        os.kill(old, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda old=old: _master(job)["pid"] != old, 60, "a new master")
+        wait_for(lambda: job.status().get("state") == "running", 60, "the new master to serve")
+        took.append(time.monotonic() - killed)
+        print(f"killed master pid {old} at step >= {step}: serving again {took[-1]:.2f} s later")
+    return took
+
+
+def _follow(job, seen: list[int]) -> threading.Thread:
+    """A reader of `Job.events()` that stays on through every restart."""
+    thread = threading.Thread(target=lambda: seen.extend(e.seq for e in job.events()), daemon=True)
+    thread.start()
+    return thread
+
+
+def _check_the_journal(job, follower: threading.Thread, seen: list[int]) -> list:
+    follower.join(30)
+    on_file = [json.loads(line)["seq"] for line in (Path(job.dir) / "events.jsonl").open()]
+    assert on_file == list(range(len(on_file))), "the journal file has a gap or a repeat"
+    assert seen == on_file, "the follower of Job.events() missed or repeated an event"
+    events = list(job.events(follow=False))
+    restarts = [e.data for e in events if e.kind == "master_restarted"]
+    assert [r["incarnation"] for r in restarts] == [1, 2, 3]
+    print("restarts:", [{k: r[k] for k in ("rebuild_s", "down_s", "adopted")} for r in restarts])
+    return events
+
+
+@pytest.mark.parametrize("strategy", ["ps", "allreduce"])
+def test_the_master_killed_three_times_the_job_goes_on_and_applies_every_record_once(
+    job_home, strategy
+):
+    rng = fault_rng(f"master-kill-{strategy}")
+    epochs = 12
+    job, (x, _), (xt, yt) = digits_job(
+        workers=2, epochs=epochs, strategy=strategy, loss=paced_loss, checkpoint_steps=40
+    )
+    seen: list[int] = []
+    follower = _follow(job, seen)
+    first = wait_for_step(job, 10)
+    before = _instance_pids(first)
+    _kill_the_master_three_times(job, rng, epochs * (1400 // BATCH) // 2)
+    assert _instance_pids(job.status()) == before  # the same workers and PS, same pids
+
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final.get("error")
+    events = _check_the_journal(job, follower, seen)
+    ended_early = [
+        e.data
+        for e in events
+        if e.kind == "instance" and e.data["kind"] in INSTANCE_ENDED and not e.data["expected"]
+    ]
+    assert ended_early == [], "a worker or PS ended with a master"
+    assert not [e for e in events if e.kind == "relaunch"]
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) >= 0.90
+    if strategy == "ps":
+        assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+    else:
+        assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
+    assert job_processes(job_home) == []
