@@ -306,7 +306,9 @@ class Supervisor:
     def _reap(self) -> None:
         for event in self.processes.reap():
             role, instance_id, pid = event["role"], event["instance_id"], event["pid"]
-            log.info("%s %d (pid %d) %s", role, instance_id, pid, event.get("reason") or "exited")
+            log.info(
+                "%s %d (pid %d) %s", role, instance_id, pid, event.get("reason") or event["kind"]
+            )
             self._report([event])
 
     def _report(self, events: list[Event]) -> None:
