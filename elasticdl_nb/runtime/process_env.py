@@ -33,8 +33,9 @@ BULK_PORT_ENV = "ELASTICDL_NB_BULK_PORT"
 LOOPBACK = "127.0.0.1"
 
 # How long a worker or PS keeps calling a master that does not answer (paused, busy, or
-# restarting) before it gives up: long enough for a loaded machine, short enough that a
-# master that is really gone is noticed (locally its processes die with it anyway).
+# being replaced after it died, at the same address) before it gives up: long enough for
+# a loaded machine and a new master, short enough that a master that is really gone is
+# noticed (locally the job's processes die with its supervisor anyway).
 MASTER_PATIENCE = Patience(seconds=120)
 
 
