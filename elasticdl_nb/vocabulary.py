@@ -78,6 +78,7 @@ class GroupChange(StrEnum):
     JOINED = "joined"  # a new member came in (scale up, or a replacement)
     LEFT = "left"  # a member left at a step the group agreed on (scale down)
     FAILURE = "failure"  # a member was lost; the survivors carried on without it
+    RESTORED = "restored"  # every member was lost: the next group starts from a checkpoint
 
 
 INSTANCE_ENDED = frozenset(
@@ -161,8 +162,11 @@ class EventKind(StrEnum):
     CHECKPOINT = "checkpoint", "`versions`, `final`"
     GROUP = (
         "group",
-        "(allreduce) `version`, `members`, `joined`, `left`, `reason` (formed, joined, left, "
-        "failure); after a failure `step`, `agreed_s`, `causes`",
+        "(allreduce) `version`, `members`, `addresses`, `joined`, `left`, `reason` (formed, "
+        "joined, left, failure, restored); after a failure `step`, `agreed_s`, `causes` and "
+        "the decision (`failed`, `source`, `behind`, `joiners`); when every member was lost "
+        "(`restored`) and when the next group forms, `restore` (the replicas' checkpoint) "
+        "and `step`",
     )
     MASTER_RESTARTED = (
         "master_restarted",

@@ -118,3 +118,25 @@ def test_a_member_its_successor_names_as_hung_is_out_after_the_short_suspect_wai
     assert time.monotonic() - started < 5  # not the 30 s settle deadline
     assert decided[0] is decided[2] is decided[3]
     assert decided[0].lost == (1,)  # the innocent suspect reported, and stays
+
+
+def test_after_every_member_is_lost_the_replacements_form_a_group_that_starts_from_the_checkpoint():
+    journal = Journal()
+    coordinator = formed(3, journal)
+    for w in range(3):
+        coordinator.dead(w)
+    coordinator.restart("checkpoints/replicas-000000000040.json", step=40)
+    assert coordinator.members() == set()
+    joined = in_threads({w: (lambda w=w: coordinator.join(w, f"h:{w}", 10)) for w in (3, 4, 5)})
+    group = joined[3]
+    assert {w for w, _ in group.members} == {3, 4, 5} and all(g == group for g in joined.values())
+    assert coordinator.formed[group.version] == "checkpoints/replicas-000000000040.json"
+    restored, formed_again = journal.events[-2][1], journal.events[-1][1]
+    assert restored["reason"] == "restored" and restored["left"] == [0, 1, 2]
+    assert restored["step"] == 40
+    assert formed_again["reason"] == "formed" and formed_again["restore"].endswith("40.json")
+    # a master that replays the journal knows which version starts from the checkpoint
+    again = GroupCoordinator(3, Journal())
+    for _, data in journal.events:
+        again.replay(data)
+    assert again.group() == group and again.formed[group.version] == formed_again["restore"]

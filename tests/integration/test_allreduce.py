@@ -155,3 +155,37 @@ def test_members_join_and_leave_mid_run_and_replicas_stay_identical(job_home):
     assert rates[(2, 0)] == rates[(2, 1)] == rates[(2, 2)] == pytest.approx(0.003)
     assert rates[(3, 0)] == rates[(3, 1)] == pytest.approx(0.002)
     assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
+
+
+def test_every_member_sigkilled_at_once_the_job_resumes_from_the_replicas_checkpoint(job_home):
+    rng = fault_rng("allreduce-total-loss")
+    epochs = 12
+    job, (x, _), (xt, yt) = digits_job(
+        workers=3, epochs=epochs, strategy="allreduce", loss=paced_loss, checkpoint_steps=10
+    )
+    kill_at = rng.randint(60, 250)  # minibatches (a step holds three): past a checkpoint
+    status = wait_for_step(job, kill_at)
+    pids = [pid_of(status, "worker", w) for w in range(3)]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    print(f"killed every worker ({pids}) at minibatch {status['step']}")
+
+    final = job.wait(timeout=600)
+    events = list(job.events(follow=False))
+    assert final["state"] == "succeeded", final.get("error")
+    restored = next(g for g in _groups(events) if g["reason"] == "restored")
+    assert restored["left"] == [0, 1, 2] and restored["step"] > 0
+    formed = [g for g in _groups(events) if g["reason"] == "formed"]
+    assert formed[-1]["restore"] == restored["restore"]
+    rolled_back = next(
+        e.data
+        for e in events
+        if e.kind == "requeue" and e.data.get("reason") == "every replica lost"
+    )
+    print(f"back to step {restored['step']}; {rolled_back['batches']} minibatches trained again")
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) >= 0.90
+    # Every minibatch exactly once, counting what the lost replicas applied after the
+    # checkpoint as undone; the replacements' replicas identical.
+    assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
+    assert job_processes(job_home) == []

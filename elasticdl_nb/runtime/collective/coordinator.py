@@ -54,6 +54,10 @@ class GroupCoordinator:
         self._first_join: float | None = None
         self._first_report: dict[int, float] = {}  # version -> when its failure was reported
         self._journaled: set[int] = set()  # versions made after a failure, journaled once
+        # Versions formed from nothing -> the replicas' checkpoint they start from ("":
+        # none); the next group formed starts from `_restore` (set when all were lost).
+        self.formed: dict[int, str] = {}
+        self._restore = ""
 
     # ------------------------------------------------------------------ joining
 
@@ -73,7 +77,7 @@ class GroupCoordinator:
 
     def _maybe_grow(self) -> None:
         m = self._membership
-        forming = m.version == 0
+        forming = not m.current.members  # the first group, or the one after all were lost
         if forming:
             waited = time.monotonic() - (self._first_join or time.monotonic())
             if m.joining < self.expected and waited < self.form_seconds:
@@ -87,10 +91,14 @@ class GroupCoordinator:
         reason = (
             GroupChange.FORMED if forming else GroupChange.JOINED if joined else GroupChange.LEFT
         )
+        restore = {}
+        if forming:
+            self.formed[group.version], self._restore = self._restore, ""
+            restore = {"restore": self.formed[group.version]}
         self._journal(
             EventKind.GROUP, version=group.version, members=members, joined=joined,
             left=sorted(old - set(members)), reason=reason,
-            addresses=[a for _, a in group.members],
+            addresses=[a for _, a in group.members], **restore,
         )  # fmt: skip
         self._changed.notify_all()
 
@@ -134,8 +142,27 @@ class GroupCoordinator:
             self._membership.replay(group, data.get("failed"), recovery)
             self._journaled.add(group.version)
             self._first_join = self._first_join or time.monotonic()
+            if data["reason"] == GroupChange.RESTORED:
+                self._restore = data["restore"]
+            elif "restore" in data:  # formed from nothing
+                self.formed[group.version], self._restore = data["restore"], ""
 
     # ------------------------------------------------------------------ failure
+
+    def restart(self, checkpoint: str, step: int) -> None:
+        """Every member is lost: the next group forms anew and starts from `checkpoint`
+        (the replicas' checkpoint of `step`)."""
+        with self._changed:
+            lost = sorted(self.members())
+            group = self._membership.restart()
+            self._restore, self._first_join = checkpoint, None
+            self.expected = max(1, len(lost))  # their replacements form the next group
+            self._journal(
+                EventKind.GROUP, version=group.version, members=[], joined=[], left=lost,
+                reason=GroupChange.RESTORED, addresses=[], restore=checkpoint, step=step,
+            )  # fmt: skip
+            self._maybe_grow()  # (joiners may be waiting already)
+            self._changed.notify_all()
 
     def dead(self, worker: int) -> None:
         with self._changed:

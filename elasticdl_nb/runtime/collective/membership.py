@@ -157,12 +157,23 @@ class Membership:
         )
         return self._decided[version]
 
+    def restart(self) -> Group:
+        """Every member of the newest version is lost: a new version with nobody in it,
+        which the workers that join next form anew (from the replicas' checkpoint)."""
+        self._dead.update(w for w, _ in self.current.members)
+        self._leaving.clear()
+        return self._new_version([])
+
     def replay(self, group: Group, failed: int | None, recovery: Recovery | None) -> None:
         """A version an earlier master made, as it journaled it: by a join or leave, or
         (`failed`: the version whose failure it decided) by `recovery`."""
+        if not group.members:  # (a restart after every member was lost)
+            self._dead.update(w for w, _ in self.current.members)
         self.groups[group.version] = group
         self.version = max(self.version, group.version)
-        if failed is None:
+        if not group.members:
+            pass
+        elif failed is None:
             self._switched.add(group.version)
         else:
             self._reports.pop(failed, None)

@@ -13,8 +13,11 @@ once across a change:
   would go back to the queue and be applied twice): the release waits for the
   survivors' recovery, which first marks done every minibatch of a step the survivors
   end up applying, then gives the rest of the dead member's tasks back.
-- A member with no survivors to speak for it cannot recover: every replica is lost, and
-  the job fails saying so (the allreduce strategy keeps the model only in live workers).
+- A member with no survivors to speak for it cannot recover: every replica is lost. The
+  job goes back to the replicas' newest checkpoint (runtime/collective/checkpoints.py):
+  the queue keeps as done only what that checkpoint holds, the rest is trained again,
+  and the group that the replacements form starts from it. With no checkpoint yet, the
+  job fails saying so.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import threading
 import time
 from collections import defaultdict
 
+from elasticdl_nb.runtime.collective import checkpoints
 from elasticdl_nb.runtime.collective.coordinator import GroupCoordinator
 from elasticdl_nb.runtime.collective.membership import Recovery, Report
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, GroupChange, Role
@@ -38,11 +43,15 @@ AGREE_TIMEOUT = 60.0
 RELEASE_AFTER = 60.0  # a dead member nobody recovers from is released after this
 
 
-def group_message(group: Group) -> pb.GroupInfo:
+def group_message(group: Group, formed: dict[int, str]) -> pb.GroupInfo:
+    """A version as members get it; one formed from nothing (`formed`: version -> the
+    checkpoint it starts from) names the member that starts it."""
+    starts = group.version in formed and group.members
     return pb.GroupInfo(
         version=group.version,
         members=[pb.GroupMember(worker=w, address=a) for w, a in group.members],
-        state_from=-1,
+        state_from=group.members[0][0] if starts else -1,
+        restore=formed.get(group.version, ""),
     )
 
 
@@ -68,10 +77,11 @@ class AllreduceGroup:
     # ------------------------------------------------------------------ RPCs
 
     def join(self, worker: int, address: str) -> pb.GroupInfo:
-        return group_message(self.coordinator.join(worker, address, JOIN_TIMEOUT))
+        group = self.coordinator.join(worker, address, JOIN_TIMEOUT)
+        return group_message(group, self.coordinator.formed)
 
     def get(self, version: int) -> pb.GroupInfo:
-        return group_message(self.coordinator.group(version))
+        return group_message(self.coordinator.group(version), self.coordinator.formed)
 
     def report_lost(self, r: pb.LostReport) -> pb.RecoveryPlan:
         with self._job.lock:
@@ -90,7 +100,7 @@ class AllreduceGroup:
                 self._recovered.add(recovery.group.version)
                 self._carry_out(recovery)
         return pb.RecoveryPlan(
-            group=group_message(recovery.group),
+            group=group_message(recovery.group, self.coordinator.formed),
             step=recovery.step,
             source=-1 if recovery.source is None else recovery.source,
             behind=list(recovery.behind),
@@ -144,14 +154,38 @@ class AllreduceGroup:
         if worker not in members:
             return True  # never admitted, or it left the group before it ended
         if not members - {worker} - set(self._deferred):
-            self._job.fail(
-                f"worker {worker} ended and no other member of the allreduce group is alive: "
-                "every replica of the model is lost (the allreduce strategy keeps the model "
-                "only in live workers). Use strategy='ps' for checkpointed training."
-            )
-            return True
+            return self._every_replica_lost(worker, members)
         self._deferred[worker] = time.monotonic()
         return False
+
+    def _every_replica_lost(self, worker: int, members: set[int]) -> bool:
+        """The last member ended: go back to the newest checkpoint, or fail."""
+        job = self._job
+        checkpoint = checkpoints.newest(JobDir(job.job_dir).checkpoints, job.queue.batch)
+        if checkpoint is None:
+            job.fail(
+                f"worker {worker} ended and no other member of the allreduce group is alive: "
+                "every replica of the model is lost, before the replicas' first checkpoint "
+                "(every `checkpoint_steps` steps). Use a smaller checkpoint_steps, or "
+                "strategy='ps'."
+            )
+            return True
+        self._deferred.clear()
+        for member in sorted(members | {worker}):
+            job.release(member)  # (their evaluation and export tasks go back whole)
+        held = [(e, s, sorted(starts)) for (e, s), starts in checkpoint.applied.held().items()]
+        queued = job.queue.rewind(held, job.epoch)
+        checkpoints.record_rollback(JobDir(job.job_dir).replicas, checkpoint.step, sorted(members))
+        job.journal.append(
+            EventKind.REQUEUE,
+            reason="every replica lost",
+            epoch=job.epoch,
+            batches=queued,
+            checkpoint_step=checkpoint.step,
+        )
+        self.coordinator.restart(str(checkpoint.path), checkpoint.step)
+        job.work_changed()
+        return False  # (its tasks are released already)
 
     def ps_lost(self, ps_id: int) -> None:
         pass  # an allreduce job has no PS
@@ -184,6 +218,8 @@ class AllreduceGroup:
             if data["reason"] == GroupChange.FAILURE:
                 for worker in data["left"]:
                     self._deferred.pop(worker, None)
+            elif data["reason"] == GroupChange.RESTORED:
+                self._deferred.clear()
         elif (
             kind == EventKind.INSTANCE
             and data["role"] == Role.WORKER

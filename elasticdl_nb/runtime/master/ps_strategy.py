@@ -122,28 +122,16 @@ class PsStrategy:
         if applied is None:
             return False
         job = self._job
-        queue = job.queue
         with job.lock:
             self._needs_reconcile = False
-            for epoch in range(last_epoch + 1):
-                closed = not queue.training_pending(epoch)
-                for source in range(len(queue.train)):
-                    held = applied.get((epoch, source), set())
-                    if closed:
-                        missing = queue.settle(epoch, source, held)
-                    else:
-                        done = queue.done.get((epoch, source), set())
-                        missing = sorted(done - held)
-                        if missing:
-                            queue.requeue_batches(epoch, source, missing, "rolled back")
-                    if missing:
-                        job.journal.append(
-                            EventKind.REQUEUE,
-                            reason="not applied on every PS",
-                            epoch=epoch,
-                            source=source,
-                            batches=len(missing),
-                        )
+            for epoch, source, missing in job.queue.hold_only(applied, last_epoch, "rolled back"):
+                job.journal.append(
+                    EventKind.REQUEUE,
+                    reason="not applied on every PS",
+                    epoch=epoch,
+                    source=source,
+                    batches=len(missing),
+                )
             job.work_changed()
             return True
 

@@ -20,6 +20,7 @@ strategy's own RPCs (PS: `ps_ready`; allreduce: `join`, `get`, `report_lost`) di
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Protocol
 
 from elasticdl_nb.runtime.master.journal import Journal
@@ -33,6 +34,8 @@ class JobControl(Protocol):
     lock: threading.RLock  # the master's: it guards the queue and the strategy's state
     queue: TaskQueue
     journal: Journal
+    job_dir: Path
+    epoch: int  # the newest epoch started (-1: none yet)
 
     def release(self, worker_id: int) -> None:
         """Give a lost worker's unreported work back to the queue."""

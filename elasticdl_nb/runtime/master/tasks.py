@@ -260,6 +260,54 @@ class TaskQueue:
         return any(t.kind == TRAINING and (epoch is None or t.epoch == epoch) for t in tasks)
 
     @recorded
+    def rewind(self, held: list[tuple[int, int, list[int]]], last_epoch: int) -> int:
+        """Every copy of the model is lost, back to one that holds `held` ((epoch, source,
+        minibatch starts) triples): from now on exactly those minibatches of epochs up to
+        `last_epoch` are done, and every other one is queued once (no training task is
+        running: whoever ran one is lost). Returns how many minibatches are queued."""
+        have = {(epoch, source): set(starts) for epoch, source, starts in held}
+        self.todo = deque(t for t in self.todo if t.kind != TRAINING or t.epoch > last_epoch)
+        for task_id, assignment in list(self.doing.items()):
+            if assignment.task.kind == TRAINING:
+                del self.doing[task_id]
+        queued = 0
+        for epoch in range(last_epoch + 1):
+            for source, src in enumerate(self.train):
+                expected = set(batch_starts(0, src.num_records, self.batch))
+                done = self.done.setdefault((epoch, source), set())
+                keep = expected & have.get((epoch, source), set())
+                self.done_count += len(keep) - len(done)
+                done.clear()
+                done.update(keep)
+                missing = sorted(expected - keep)
+                if missing:
+                    self.requeue_batches(epoch, source, missing, "every replica lost")
+                queued += len(missing)
+        return queued
+
+    def hold_only(
+        self, held: dict[tuple[int, int], set[int]], last_epoch: int, reason: str
+    ) -> list[tuple[int, int, list[int]]]:
+        """Make the record of done minibatches (epochs up to `last_epoch`) what `held`
+        says is really applied, queueing again what is not: for an epoch whose tasks have
+        all ended, every minibatch must be held (`settle`); for an open one, every
+        minibatch counted done. Returns (epoch, source, minibatches queued again)."""
+        queued = []
+        for epoch in range(last_epoch + 1):
+            closed = not self.training_pending(epoch)
+            for source in range(len(self.train)):
+                have = held.get((epoch, source), set())
+                if closed:
+                    missing = self.settle(epoch, source, have)
+                else:
+                    missing = sorted(self.done.get((epoch, source), set()) - have)
+                    if missing:
+                        self.requeue_batches(epoch, source, missing, reason)
+                if missing:
+                    queued.append((epoch, source, missing))
+        return queued
+
+    @recorded
     def settle(self, epoch: int, source: int, held: set[int]) -> list[int]:
         """Make `done` what every PS holds, for an epoch none of whose tasks is open:
         minibatches held but never reported count as done, and the ones not held (lost

@@ -17,6 +17,11 @@ minibatch of a step that did not complete is trained again.
 
 A step's minibatches are reported to the master once the next step has completed (then
 every member has applied it); see runtime/master/allreduce_group.py for why.
+
+Every `checkpoint_steps` steps the group's first member checkpoints its replica off the
+step's path (runtime/collective/checkpoints.py), with the minibatches it holds (every
+member keeps that record, and a joiner gets it with the model); a group formed after every
+replica was lost starts from the newest one.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import numpy as np
 from elasticdl_nb.model import load_bundle
 from elasticdl_nb.model.contract import Mode
 from elasticdl_nb.model.metrics import take_metric_states
+from elasticdl_nb.runtime.collective import checkpoints
+from elasticdl_nb.runtime.collective.checkpoints import Applied, CheckpointWriter
 from elasticdl_nb.runtime.collective.handoff import receive_arrays, receive_state, send_arrays
 from elasticdl_nb.runtime.collective.ring import Group, PeerLost, Ring, RingListener
 from elasticdl_nb.runtime.process_env import ProcessEnv
@@ -121,6 +128,10 @@ class Lockstep:
         self._closed = threading.Event()
         self.feed: TaskFeed | None = None
         self.records = ReplicaRecords(env.job_dir, worker_id, self.spec.record_ledger)
+        self.applied = Applied(self.spec.minibatch_size)  # what this replica's state holds
+        self.checkpoints = CheckpointWriter(
+            env.files.checkpoints, self.spec.checkpoint_steps, self.spec.keep_checkpoints
+        )
 
     # ================================================================== the loop
 
@@ -132,10 +143,12 @@ class Lockstep:
         group = _group(info)
         self._change = (
             time.monotonic(),
-            GroupChange.FORMED if group.version == 1 else GroupChange.JOINED,
+            GroupChange.FORMED if info.state_from >= 0 else GroupChange.JOINED,
         )
-        if group.version == 1 and group.members[0][0] == self.me:
-            self._send_state(group, old_members={self.me})  # the first group starts from us
+        if info.state_from == self.me:  # a group formed from nothing starts from us
+            if info.restore:
+                self._restore(Path(info.restore))
+            self._send_state(group, old_members={self.me})
         else:
             self._receive_state()
             group = _group(self.master.GetGroup(pb.GroupRequest(version=self._state_version)))
@@ -272,6 +285,12 @@ class Lockstep:
             step, [(int(r[Row.EPOCH]), int(r[Row.SOURCE]), start) for r, (_, start)
                    in zip(present, minibatches)]
         )  # fmt: skip
+        self.applied.add(
+            (int(r[Row.EPOCH]), int(r[Row.SOURCE]), start)
+            for r, (_, start) in zip(present, minibatches)
+        )
+        if self.group.members[0][0] == self.me:
+            self.checkpoints.maybe_save(step, self.group.version, self.replica.state, self.applied)
         loss = float(table[:, Row.LOSS].sum() / records) if records > 0 else None
         record = StepRecord(step, minibatches, loss)
         if mb is not None and mb.last_of_task:
@@ -362,7 +381,7 @@ class Lockstep:
         carriers = [w for w, _ in group.members if w in old_members]
         if not carriers or carriers[0] != self.me:
             return
-        state = [np.array(self.step, np.int64), *self.replica.state()]
+        state = [np.array(self.step, np.int64), self.applied.to_bytes(), *self.replica.state()]
         for worker, address in group.members:
             if worker not in old_members:
                 send_arrays(
@@ -374,8 +393,16 @@ class Lockstep:
     def _receive_state(self) -> None:
         self._state_version, arrays = receive_state(self.listener, JOIN_STATE_TIMEOUT)
         self.step = int(arrays[0])
-        self.replica.set_state(arrays[1:])
+        self.applied = Applied.from_bytes(self.spec.minibatch_size, arrays[1])
+        self.replica.set_state(arrays[2:])
         log.info("got the model at step %d for group %d", self.step, self._state_version)
+
+    def _restore(self, path: Path) -> None:
+        """Every replica was lost: start from their checkpoint at `path`."""
+        checkpoint = checkpoints.read(path, self.spec.minibatch_size)
+        self.replica.set_state(checkpoint.arrays())
+        self.step, self.applied = checkpoint.step, checkpoint.applied
+        log.info("restored the replicas' checkpoint of step %d (%s)", self.step, path.name)
 
     def _recover(self, lost: PeerLost) -> None:
         """Agree on the survivors with the master, bring this replica to the agreed step,
@@ -470,6 +497,7 @@ class Lockstep:
 
     def _finish(self, why: str) -> None:
         self._report_through(self.step)
+        self.checkpoints.close()
         self._record("end")
         self.reporter.flush()
         log.info("worker %d stops at step %d: %s", self.me, self.step, why)

@@ -8,7 +8,9 @@ Every member appends to two files in the job's `replicas/` directory:
 
 `replica_problems` reads them back: replicas with a checksum at the same step of the
 same group version must be identical, ledgers must agree step by step, and over the
-whole job every minibatch of every epoch must be applied exactly once.
+whole job every minibatch of every epoch must be applied exactly once. (When every
+replica was lost and the job went back to the replicas' checkpoint, the steps the lost
+workers applied after it are undone: `checkpoints.record_rollback`.)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from elasticdl_nb.runtime.collective.checkpoints import rollbacks
 from elasticdl_nb.runtime.job_dir import JobDir
 
 Minibatch = tuple[int, int, int]  # (epoch, source, start)
@@ -88,8 +91,13 @@ def replica_problems(
             problems.append(f"replicas of group {version} differ at step {step}: {len(sums)}")
 
     history: dict[int, list[Minibatch]] = {}
+    undone = {  # worker -> the checkpoint step the job went back to when it was lost
+        w: r["step"] for r in rollbacks(JobDir(job_dir).replicas) for w in r["workers"]
+    }
     for worker, steps in read_ledgers(job_dir).items():
         for step, minibatches in steps.items():
+            if step > undone.get(worker, step):
+                continue  # lost with every replica: the job went back before it
             seen = history.setdefault(step, sorted(minibatches))
             if seen != sorted(minibatches):
                 problems.append(f"worker {worker}'s ledger differs from another's at step {step}")
