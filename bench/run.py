@@ -31,6 +31,7 @@ BENCHMARKS = [
     "transfer",
     "recovery",
     "allreduce_recovery",
+    "chaos",
     "startup",
     "event_path",
     "widget_path",

@@ -75,6 +75,38 @@ def read_ledgers(job_dir: Path) -> dict[int, dict[int, list[Minibatch]]]:
     return ledgers
 
 
+def _history(job_dir: Path) -> tuple[dict[int, list[Minibatch]], list[str]]:
+    """step -> the minibatches it applied, from every ledger (steps a rollback undid are
+    left out), and where two ledgers disagree about a step."""
+    problems = []
+    history: dict[int, list[Minibatch]] = {}
+    undone = {  # worker -> the checkpoint step the job went back to when it was lost
+        w: r["step"] for r in rollbacks(JobDir(job_dir).replicas) for w in r["workers"]
+    }
+    for worker, steps in read_ledgers(job_dir).items():
+        for step, minibatches in steps.items():
+            if step > undone.get(worker, step):
+                continue  # lost with every replica: the job went back before it
+            seen = history.setdefault(step, sorted(minibatches))
+            if seen != sorted(minibatches):
+                problems.append(f"worker {worker}'s ledger differs from another's at step {step}")
+    return history, problems
+
+
+def _steps_of(history: dict[int, list[Minibatch]]) -> dict[Minibatch, list[int]]:
+    applied: dict[Minibatch, list[int]] = defaultdict(list)
+    for step, minibatches in history.items():
+        for minibatch in minibatches:
+            applied[minibatch].append(step)
+    return applied
+
+
+def applications(job_dir: Path) -> dict[Minibatch, int]:
+    """How many times each minibatch was applied over the whole job (by the ledgers)."""
+    history, _ = _history(job_dir)
+    return {m: len(steps) for m, steps in _steps_of(history).items()}
+
+
 def replica_problems(
     job_dir: Path, records_per_source: list[int], minibatch_size: int, epochs: int
 ) -> list[str]:
@@ -90,21 +122,9 @@ def replica_problems(
         if len(sums) > 1:
             problems.append(f"replicas of group {version} differ at step {step}: {len(sums)}")
 
-    history: dict[int, list[Minibatch]] = {}
-    undone = {  # worker -> the checkpoint step the job went back to when it was lost
-        w: r["step"] for r in rollbacks(JobDir(job_dir).replicas) for w in r["workers"]
-    }
-    for worker, steps in read_ledgers(job_dir).items():
-        for step, minibatches in steps.items():
-            if step > undone.get(worker, step):
-                continue  # lost with every replica: the job went back before it
-            seen = history.setdefault(step, sorted(minibatches))
-            if seen != sorted(minibatches):
-                problems.append(f"worker {worker}'s ledger differs from another's at step {step}")
-    applied: dict[Minibatch, list[int]] = defaultdict(list)
-    for step, minibatches in history.items():
-        for minibatch in minibatches:
-            applied[minibatch].append(step)
+    history, disagree = _history(job_dir)
+    problems += disagree
+    applied = _steps_of(history)
     for epoch in range(epochs):
         for source, n in enumerate(records_per_source):
             for start in range(0, n, minibatch_size):
