@@ -32,6 +32,7 @@ BENCHMARKS = [
     "recovery",
     "allreduce_recovery",
     "chaos",
+    "replica_checkpoints",
     "startup",
     "event_path",
     "widget_path",

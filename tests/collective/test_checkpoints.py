@@ -20,7 +20,7 @@ def test_the_record_of_applied_minibatches_survives_the_round_trip_as_runs():
 
 
 def test_a_checkpoint_is_written_every_n_steps_and_read_back_whole(tmp_path):
-    writer = CheckpointWriter(tmp_path, every=10, keep=2)
+    writer = CheckpointWriter(tmp_path, every=10, keep=2, member=0)
     applied = Applied(8)
     state = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array(7, np.int64)]
     for step in range(1, 41):
@@ -37,10 +37,12 @@ def test_a_checkpoint_is_written_every_n_steps_and_read_back_whole(tmp_path):
         "replicas-000000000030.json", "replicas-000000000040.json"
     ]  # fmt: skip
     assert len(writer.copy_seconds) == 4
+    # each write appended only what was new: every minibatch is on the log once
+    assert len((tmp_path / "replicas-applied-0.log").read_text().splitlines()) == 40
 
 
 def test_a_checkpoint_without_its_record_is_not_whole_and_is_passed_over(tmp_path):
-    writer = CheckpointWriter(tmp_path, every=1, keep=5)
+    writer = CheckpointWriter(tmp_path, every=1, keep=5, member=0)
     writer.maybe_save(1, 1, lambda: [np.zeros(2)], Applied(8))
     writer.close()
     (tmp_path / "replicas-000000000002.npz").write_bytes(b"half written")

@@ -50,7 +50,7 @@ def test_every_replica_lost_goes_back_to_the_checkpoint_and_queues_the_rest_agai
     master, starts = _trained_a_little(tmp_path)
     held = Applied(10)
     held.add([(0, 0, s) for s in starts[:2]])  # the checkpoint holds the first two only
-    writer = CheckpointWriter(JobDir(tmp_path).checkpoints, every=1, keep=3)
+    writer = CheckpointWriter(JobDir(tmp_path).checkpoints, every=1, keep=3, member=0)
     writer.maybe_save(2, 1, lambda: [], held)
     writer.close()
 

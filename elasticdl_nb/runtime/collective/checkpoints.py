@@ -2,11 +2,14 @@
 at once (the replicas are the only copy of the model).
 
 Every `checkpoint_steps` steps the group's first member copies its replica's state
-(weights and optimizer slots: a memory copy, on the step's path) and the record of the
-minibatches that state holds (`Applied`), and a thread of its own writes both to the job
-directory, so the step goes on at once: `checkpoints/replicas-<step>.npz`, then
-`replicas-<step>.json`, whose presence makes the checkpoint whole. A write still under way
-when the next one is due makes that one skipped, never waited for.
+(weights and optimizer slots: a memory copy, on the step's path) and notes how many
+minibatches it has applied (`Applied`, in the order applied), and a thread of its own
+writes them to the job directory, so the step goes on at once:
+`checkpoints/replicas-<step>.npz`, the minibatches applied since its last checkpoint
+appended to its own `replicas-applied-<worker>.log` (so a write costs what is new, not
+the whole history), then `replicas-<step>.json`, which names that file and how many of
+its lines the state holds, and whose presence makes the checkpoint whole. A write still
+under way when the next one is due makes that one skipped, never waited for.
 
 The master reads the newest whole one (`newest`) when the last member of the group is
 lost: the queue is made what the checkpoint holds (the rest is trained again) and the
@@ -33,23 +36,34 @@ PREFIX = "replicas-"
 
 
 class Applied:
-    """Which minibatches (epoch, source, start) a replica's state holds, kept as runs."""
+    """Which minibatches (epoch, source, start) a replica's state holds, in the order it
+    applied them. Only ever appended to, so a checkpoint takes its length on the step's
+    path (`mark`) and its writer turns that many into runs later, on its own thread."""
 
     def __init__(self, minibatch_size: int):
         self.batch = minibatch_size
-        self._starts: dict[tuple[int, int], set[int]] = defaultdict(set)
+        self._log: list[tuple[int, int, int]] = []
 
     def add(self, minibatches: Iterable[tuple[int, int, int]]) -> None:
-        for epoch, source, start in minibatches:
-            self._starts[(epoch, source)].add(start)
+        self._log.extend(minibatches)
 
-    def held(self) -> dict[tuple[int, int], set[int]]:
-        return {k: set(v) for k, v in self._starts.items()}
+    def mark(self) -> int:
+        return len(self._log)
 
-    def to_json(self) -> dict:
-        """{"epoch:source": [[first start, count], ...]}: runs of consecutive minibatches."""
+    def since(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        return self._log[start:end]
+
+    def held(self, upto: int | None = None) -> dict[tuple[int, int], set[int]]:
+        out: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for epoch, source, start in self._log[:upto]:
+            out[(epoch, source)].add(start)
+        return dict(out)
+
+    def to_json(self, upto: int | None = None) -> dict:
+        """{"epoch:source": [[first start, count], ...]}: runs of consecutive minibatches,
+        of the first `upto` applied (all by default)."""
         out = {}
-        for (epoch, source), starts in sorted(self._starts.items()):
+        for (epoch, source), starts in sorted(self.held(upto).items()):
             runs: list[list[int]] = []
             for s in sorted(starts):
                 if runs and runs[-1][0] + runs[-1][1] * self.batch == s:
@@ -95,8 +109,10 @@ class Checkpoint:
 class CheckpointWriter:
     """One member's writer: `maybe_save` on the step's path, the writing on a thread."""
 
-    def __init__(self, directory: Path, every: int, keep: int):
+    def __init__(self, directory: Path, every: int, keep: int, member: int):
         self.directory, self.every, self.keep = directory, every, keep
+        self._applied_log = directory / f"{PREFIX}applied-{member}.log"
+        self._logged = 0  # lines of the applied log written
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="replica-checkpoint")
         self._writing: Future | None = None
         self.copy_seconds: list[float] = []  # what the step paid, per checkpoint
@@ -109,15 +125,27 @@ class CheckpointWriter:
         if step % self.every or (self._writing is not None and not self._writing.done()):
             return False
         started = time.perf_counter()
-        arrays = state()
-        record = {"step": step, "version": version, "applied": applied.to_json()}
+        arrays, upto = state(), applied.mark()
         self.copy_seconds.append(time.perf_counter() - started)
-        self._writing = self._thread.submit(self._write, step, arrays, record)
+        self._writing = self._thread.submit(self._write, step, version, arrays, applied, upto)
         return True
 
-    def _write(self, step: int, arrays: list[np.ndarray], record: dict) -> None:
+    def _write(
+        self, step: int, version: int, arrays: list[np.ndarray], applied: Applied, upto: int
+    ) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            with open(self._applied_log, "a") as out:
+                out.write(
+                    "".join(f"{e} {s} {b}\n" for e, s, b in applied.since(self._logged, upto))
+                )
+            self._logged = upto
+            record = {
+                "step": step,
+                "version": version,
+                "applied_log": self._applied_log.name,
+                "applied": upto,
+            }
             base = self.directory / f"{PREFIX}{step:012d}"
             tmp = base.with_name(f".{base.name}.tmp.npz")
             np.savez(tmp, *arrays)
@@ -143,7 +171,9 @@ def _whole(directory: Path) -> list[Path]:
 def read(path: Path, minibatch_size: int) -> Checkpoint:
     """The checkpoint whose record is `path` (a .json)."""
     record = json.loads(path.read_text())
-    applied = Applied.from_json(minibatch_size, record["applied"])
+    applied = Applied(minibatch_size)
+    with open(path.parent / record["applied_log"]) as lines:
+        applied.add(tuple(map(int, next(lines).split())) for _ in range(record["applied"]))
     return Checkpoint(record["step"], record["version"], path, applied)
 
 

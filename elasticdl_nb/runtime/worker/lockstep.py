@@ -130,7 +130,10 @@ class Lockstep:
         self.records = ReplicaRecords(env.job_dir, worker_id, self.spec.record_ledger)
         self.applied = Applied(self.spec.minibatch_size)  # what this replica's state holds
         self.checkpoints = CheckpointWriter(
-            env.files.checkpoints, self.spec.checkpoint_steps, self.spec.keep_checkpoints
+            env.files.checkpoints,
+            self.spec.checkpoint_steps,
+            self.spec.keep_checkpoints,
+            worker_id,
         )
 
     # ================================================================== the loop
@@ -486,7 +489,16 @@ class Lockstep:
     # ================================================================== start and end
 
     def _build(self) -> None:
-        self.replica.build(first_batch(self.train_batches, Mode.TRAINING).features)
+        """Build the replica and trace its step before joining: a member that joins a
+        running group would otherwise make everyone wait for its tracing on its first
+        step. The trial update is undone (the state a member trains from comes from the
+        group, or is its own as built)."""
+        first = first_batch(self.train_batches, Mode.TRAINING)
+        self.replica.build(first.features)
+        built = self.replica.state()
+        _, grads = self.replica.gradients(first.features, first.labels)
+        self.replica.apply(np.zeros_like(grads))
+        self.replica.set_state(built)
 
     def _record(self, event: str) -> None:
         """The replica's checksum at this step, for comparing replicas across workers."""
@@ -498,6 +510,11 @@ class Lockstep:
     def _finish(self, why: str) -> None:
         self._report_through(self.step)
         self.checkpoints.close()
+        if copies := self.checkpoints.copy_seconds:
+            log.info(
+                "replica checkpoints taken: %d; the state copy on the step: median %.3f ms",
+                len(copies), 1000 * statistics.median(copies),
+            )  # fmt: skip
         self._record("end")
         self.reporter.flush()
         log.info("worker %d stops at step %d: %s", self.me, self.step, why)
