@@ -112,7 +112,8 @@ class EventKind(StrEnum):
     PROGRESS = (
         "progress",
         "`epoch`, `epochs`, `step`, `records_done`, `records_per_epoch`, "
-        "`records_per_second` (after each training task)",
+        '`records_per_second`, `goodput` (training over wanted worker time: see "Goodput"), '
+        "`training_s`, `recovering_s` (worker-seconds) (after each training task)",
     )
     LOSS = (
         "loss",
@@ -122,7 +123,19 @@ class EventKind(StrEnum):
     WORKER_TIME = (
         "worker_time",
         "`worker`, `task`, `minibatches`, `task_s`, `compute_s` (in the train step), "
-        "`wait_s` (blocked on PS replies): where a worker's time on one training task went",
+        "`wait_s` (blocked on PS replies, or in the allreduce): where a worker's time on one "
+        "training task went",
+    )
+    STRAGGLER = (
+        "straggler",
+        "`worker`, `step_s` (its seconds per minibatch), `median_s` (the other workers' "
+        "median), `ratio`, `lagging_s`: a worker's step time stayed above twice the others' "
+        'median (see "Stragglers")',
+    )
+    STRAGGLER_CLEARED = (
+        "straggler_cleared",
+        "`worker`, `reason` (caught up, ended), and when it caught up `step_s`, `median_s`, "
+        "`ratio`: a straggler is no longer one",
     )
     PHASE = "phase", "`phase` (training, evaluating, exporting, finishing), `previous`"
     EPOCH = "epoch", "`epoch`, `tasks`"

@@ -22,10 +22,12 @@ from pathlib import Path
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.evaluation import Evaluations, metric_states
+from elasticdl_nb.runtime.master.goodput import Goodput
 from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.phases import Phases
 from elasticdl_nb.runtime.master.progress import Progress
+from elasticdl_nb.runtime.master.stragglers import Stragglers
 from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING, TaskQueue
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -81,6 +83,8 @@ class JobMaster:
         self.queue.record = lambda entry: journal.append(EventKind.QUEUE, **entry)
         self.validation = validation
         self.progress = Progress(self.queue, spec.epochs, spec.minibatch_size)
+        self.goodput = Goodput(journal, spec.workers)  # folds of the journal (goodput.py,
+        self.stragglers = Stragglers(journal, spec.strategy)  # stragglers.py)
         self.state, self.error = JobState.RUNNING, ""
         self.phases = Phases(journal.append)
         self.epoch = -1
@@ -233,6 +237,7 @@ class JobMaster:
                     compute_s=round(t.compute_seconds, 6),
                     wait_s=round(t.wait_seconds, 6),
                 )
+                self.stragglers.check()
             self.journal.append(EventKind.PROGRESS, **self._progress())
         elif task.kind == EVALUATION:
             self.evaluations.add(task.eval_round, r.worker_id, metric_states(r.metric_states))
@@ -304,7 +309,7 @@ class JobMaster:
     # ================================================================== status
 
     def _progress(self) -> dict:
-        return self.progress.fields(self.epoch)
+        return {**self.progress.fields(self.epoch), **self.goodput.fields()}
 
     def status(self) -> dict:
         with self.lock:
@@ -325,6 +330,7 @@ class JobMaster:
                 **self.strategy.status_fields(),
                 "events": len(self.journal),
                 "master_restarts": self.incarnation,
+                "stragglers": self.stragglers.status(),
                 "model_path": self.export_path if self.phase == Phase.FINISHING else "",
             }
 
