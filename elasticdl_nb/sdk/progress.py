@@ -1,5 +1,11 @@
 """Compact text progress for terminals, scripts and headless notebook runs.
 
+The progress line says the epoch, records, step and rate, then the goodput, the live and
+desired workers, and the stragglers, if any, in one line:
+
+    [job] epoch 2/8 | 700/1400 records (50%) | step 66 | 812 rec/s | goodput 0.93 |
+    workers 3/4 | straggler: worker 2 (2.6× median)
+
 On a terminal the progress line is rewritten in place; elsewhere (a log, nbconvert) a line
 is printed at most every few seconds. Events that matter — instances ending or
 relaunching, re-queued work, evaluations, the end of the job — always get their own line.
@@ -12,7 +18,14 @@ import time
 from typing import TextIO
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, GroupChange, InstanceState, JobState
+from elasticdl_nb.vocabulary import (
+    INSTANCE_ENDED,
+    EventKind,
+    GroupChange,
+    InstanceState,
+    JobState,
+    Role,
+)
 
 # How an instance can be lost: it ended, and not by finishing its work.
 INSTANCE_LOST = INSTANCE_ENDED - {InstanceState.SUCCEEDED}
@@ -29,6 +42,46 @@ def format_progress(data: dict) -> str:
         f"{done}/{total} records{pct} | step {data.get('step', 0)} | "
         f"{data.get('records_per_second', 0):.0f} rec/s"
     )
+
+
+def format_goodput(goodput: float | None) -> str:
+    """`goodput 0.93` (`0.996` rather than a `1.00` that is not one), or "" while there is
+    none (before the first minibatch)."""
+    if goodput is None:
+        return ""
+    text = f"{goodput:.2f}"
+    return f"goodput {f'{goodput:.3f}' if text == '1.00' and goodput < 1 else text}"
+
+
+def format_percent(share: float) -> str:
+    """`93 %` (`99.6 %` rather than a `100 %` that is not one), as the sidebar says it."""
+    percent = 100 * min(1.0, max(0.0, share))
+    text = f"{percent:.0f}"
+    return f"{f'{percent:.1f}' if text == '100' and percent < 100 else text} %"
+
+
+def format_stragglers(stragglers: dict[int, dict]) -> str:
+    """`straggler: worker 2 (2.6× median)` for the workers flagged (their `straggler`
+    events' data, by worker), or "" for none."""
+    if not stragglers:
+        return ""
+    named = ", ".join(f"worker {w}{times_median(d)}" for w, d in sorted(stragglers.items()))
+    return f"straggler{'s' if len(stragglers) > 1 else ''}: {named}"
+
+
+def times_median(straggler: dict) -> str:
+    """` (2.6× median)` from a `straggler` event's data ("" without a ratio)."""
+    ratio = straggler.get("ratio")
+    return f" ({ratio:.1f}× median)" if ratio else ""
+
+
+def job_figures(
+    goodput: float | None, live: int, desired: int | None, stragglers: dict[int, dict]
+) -> list[str]:
+    """The parts of a progress line after the progress itself: goodput, live/desired
+    workers, stragglers (the text progress and the dashboard say the same)."""
+    parts = [format_goodput(goodput), f"workers {live}/{desired if desired else '?'}"]
+    return [p for p in (*parts, format_stragglers(stragglers)) if p]
 
 
 def _number(value: object) -> str:
@@ -82,6 +135,14 @@ def describe(event: Event) -> str | None:
             f"group v{d['version']} stepping again at step {d['step']}: "
             f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
         )
+    if event.kind == EventKind.STRAGGLER:
+        return (
+            f"worker {d['worker']} is a straggler: {d['step_s']:.3g} s per minibatch, "
+            f"{d['ratio'] or float('inf'):.1f}× the median of the others "
+            f"({d['median_s']:.3g} s) for {d['lagging_s']:.0f} s"
+        )
+    if event.kind == EventKind.STRAGGLER_CLEARED:
+        return f"worker {d['worker']} is no longer a straggler ({d['reason']})"
     if event.kind == EventKind.MASTER_RESTARTED:
         return (
             f"master restarted (#{d['incarnation']}): rebuilt from {d['replayed']} events in "
@@ -123,23 +184,61 @@ def _group_line(d: dict) -> str:
     return line
 
 
+class JobFigures:
+    """What the progress line says besides the progress, folded from the journal
+    (`apply`): the goodput (of the newest `progress` or `job_state` event), the live
+    workers (started or running) and the desired ones (`scale`), the stragglers."""
+
+    def __init__(self) -> None:
+        self.goodput: float | None = None
+        self.desired: int | None = None
+        self.live: set[int] = set()
+        self.stragglers: dict[int, dict] = {}
+
+    def apply(self, event: Event) -> None:
+        d = event.data
+        if event.kind in (EventKind.PROGRESS, EventKind.JOB_STATE) and "goodput" in d:
+            self.goodput = d["goodput"]
+        elif event.kind == EventKind.SCALE:
+            self.desired = d["workers_to"]
+        elif event.kind == EventKind.INSTANCE and d["role"] == Role.WORKER:
+            if d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING):
+                self.live.add(d["id"])
+            else:
+                self.live.discard(d["id"])
+                if d["kind"] in INSTANCE_ENDED:
+                    self.stragglers.pop(d["id"], None)
+        elif event.kind == EventKind.STRAGGLER:
+            self.stragglers[d["worker"]] = d
+        elif event.kind == EventKind.STRAGGLER_CLEARED:
+            self.stragglers.pop(d["worker"], None)
+
+    def parts(self) -> list[str]:
+        return job_figures(self.goodput, len(self.live), self.desired, self.stragglers)
+
+
 class ProgressPrinter:
-    """Prints one job's events as they come (`show(event)`): the progress line, rewritten
-    in place on a terminal and at most every `every_seconds` elsewhere, and a line of its
-    own for each notable event (`describe`)."""
+    """Prints one job's events as they come (`show(event)`): the progress line (progress,
+    goodput, live/desired workers, stragglers), rewritten in place on a terminal and at
+    most every `every_seconds` elsewhere, and a line of its own for each notable event
+    (`describe`)."""
 
     def __init__(self, name: str, out: TextIO | None = None, every_seconds: float = 5.0):
         self.name = name
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.every = every_seconds
-        self._last = 0.0
+        self.figures = JobFigures()
+        self._last = float("-inf")
         self._open_line = False
 
     def show(self, event: Event) -> None:
+        self.figures.apply(event)
         if event.kind == EventKind.PROGRESS:
             now = time.monotonic()
-            text = f"[{self.name}] {format_progress(event.data)}"
+            text = " | ".join(
+                [f"[{self.name}] {format_progress(event.data)}", *self.figures.parts()]
+            )
             if self.tty:
                 self.out.write("\r" + text.ljust(100))
                 self._open_line = True

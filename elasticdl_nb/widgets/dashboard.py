@@ -12,10 +12,12 @@ What the front end receives is kept to a few messages a second however fast even
 (about 4 at the defaults). A render sends one message per widget that changed, so
 everything that changes often lives in few widgets: `status` (header, progress bar and
 figures, one HTML widget, at most every `interval`), the curves (a `LiveFigure`,
-live_figure.py: one message per update, at most every `figure_interval`) and `details`
-(instances table and event log, one HTML widget, only when they changed, at the same
-slower pace). The HTML of both is drawn by dashboard_html.py. Controls: a worker count
-with "Scale", and "Stop", which asks for a second click first.
+live_figure.py: one message per update, at most every `figure_interval`; below them in
+the same figure the workers over time with the faults and relaunches marked, redrawn
+with the curves when they changed, and every `TIMELINE_EXTEND_S` to draw the line on to
+now) and `details` (instances table and event log, one HTML widget, only when they
+changed, at the same slower pace). The HTML of both is drawn by dashboard_html.py.
+Controls: a worker count with "Scale", and "Stop", which asks for a second click first.
 """
 
 from __future__ import annotations
@@ -30,12 +32,34 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from elasticdl_nb.vocabulary import JobState
-from elasticdl_nb.widgets.dashboard_html import ERROR_COLOR, colored, details_html, status_html
+from elasticdl_nb.widgets.dashboard_html import (
+    ERROR_COLOR,
+    WARNING_COLOR,
+    colored,
+    details_html,
+    status_html,
+)
 from elasticdl_nb.widgets.job_view import JobLike, JobView
 from elasticdl_nb.widgets.live_figure import LiveFigure
+from elasticdl_nb.widgets.timeline import (
+    MARK_KINDS,
+    MASTER_LOST,
+    PS_LOST,
+    RELAUNCH,
+    STRAGGLER,
+    WORKER_LOST,
+)
 
 CONFIRM_SECONDS = 5.0  # "Confirm stop" turns back into "Stop" after this long
 TRAINING_LOSS = "training loss"
+TIMELINE_EXTEND_S = 10.0  # a running job's workers line is drawn on to now this often
+MARK_STYLES = {
+    WORKER_LOST: {"symbol": "x", "color": ERROR_COLOR, "size": 10},
+    PS_LOST: {"symbol": "diamond", "color": ERROR_COLOR, "size": 10},
+    MASTER_LOST: {"symbol": "star", "color": "#6a1b9a", "size": 12},
+    RELAUNCH: {"symbol": "triangle-up", "color": "#1a7f37", "size": 9},
+    STRAGGLER: {"symbol": "circle-open", "color": WARNING_COLOR, "size": 11},
+}
 
 
 class Dashboard:
@@ -74,6 +98,7 @@ class Dashboard:
         self._drawn: dict[str, int] = {TRAINING_LOSS: 0}  # curve -> Series.version on screen
         self._traces: dict[str, int] = {}  # curve name -> trace index
         self._details_drawn = (-1, -1)
+        self._timeline_drawn = (-1, float("-inf"))  # (Timeline.version, monotonic time)
         self._stop_armed_at: float | None = None
         self._action: threading.Thread | None = None
         self._shown_in: int | None = None  # see elasticdl_nb.widgets.show
@@ -107,23 +132,44 @@ class Dashboard:
         )
         self.scale_button.on_click(self._on_scale)
         self.stop_button.on_click(self._on_stop)
+        # One figure, two charts: the curves over steps (top; evaluation metrics on the
+        # right axis) and the workers over time with their marks (bottom): one message
+        # updates both.
         self.figure = LiveFigure(
-            data=[go.Scatter(x=[], y=[], mode="lines", name=TRAINING_LOSS)],
+            data=[
+                go.Scatter(x=[], y=[], mode="lines", name=TRAINING_LOSS),
+                go.Scatter(x=[], y=[], mode="lines", name="live workers", line={"shape": "hv"},
+                           xaxis="x2", yaxis="y3", legend="legend2"),
+                go.Scatter(x=[], y=[], mode="lines", name="desired workers", xaxis="x2",
+                           yaxis="y3", legend="legend2",
+                           line={"shape": "hv", "dash": "dot", "color": "#888"}),
+                *[
+                    go.Scatter(x=[], y=[], text=[], mode="markers", name=kind,
+                               marker=MARK_STYLES[kind], hoverinfo="text+x", xaxis="x2",
+                               yaxis="y3", legend="legend2")
+                    for kind in MARK_KINDS
+                ],
+            ],
             layout=go.Layout(
-                height=300,
-                margin={"l": 55, "r": 55, "t": 30, "b": 40},
-                xaxis={"title": {"text": "step"}},
-                yaxis={"title": {"text": "training loss"}},
+                height=470,
+                margin={"l": 55, "r": 55, "t": 30, "b": 70},
+                xaxis={"title": {"text": "step"}, "anchor": "y"},
+                yaxis={"title": {"text": "training loss"}, "domain": [0.45, 1]},
                 yaxis2={
                     "title": {"text": "evaluation"},
                     "overlaying": "y",
                     "side": "right",
                     "showgrid": False,
                 },
+                xaxis2={"title": {"text": "seconds since the start"}, "anchor": "y3",
+                        "rangemode": "tozero"},
+                yaxis3={"title": {"text": "workers"}, "domain": [0, 0.27],
+                        "rangemode": "tozero", "tickformat": "d"},
                 legend={"orientation": "h", "y": 1.12},
+                legend2={"orientation": "h", "y": -0.2, "yanchor": "top"},
                 template="plotly_white",
             ),
-        )
+        )  # fmt: skip
         self._traces[TRAINING_LOSS] = 0
         self._controls = W.HBox(
             [self.workers_input, self.scale_button, self.stop_button, self.notice]
@@ -201,7 +247,7 @@ class Dashboard:
         now = time.monotonic()
         slow = final or now - self._last_slow >= self.figure_interval
         curves: dict[str, tuple[list[float], list[float]]] = {}
-        details = None
+        details = timeline = None
         with self._view_lock:
             view = self.view
             status = status_html(view, time.time())
@@ -219,13 +265,19 @@ class Dashboard:
                 if versions != self._details_drawn:
                     details = details_html(view)
                     self._details_drawn = versions
+                drawn, drawn_at = self._timeline_drawn
+                version = view.timeline.version
+                stale = not ended and now - drawn_at >= TIMELINE_EXTEND_S
+                if version and (version != drawn or stale or final):
+                    timeline = _timeline_traces(view, time.time())
+                    self._timeline_drawn = (version, now)
         sent = 0
         with self._push_lock:
             sent += self._set(self.status, value=status)
             if details is not None:
                 sent += self._set(self.details, value=details)
-            if curves:
-                sent += self._draw(curves)
+            if curves or timeline:
+                sent += self._draw(curves, timeline)
             if self._stop_armed_at is not None and now - self._stop_armed_at > CONFIRM_SECONDS:
                 sent += self._disarm_stop()
             if final and ended:  # a stream that broke off early leaves the controls usable
@@ -248,8 +300,13 @@ class Dashboard:
         self.messages += 1
         return 1
 
-    def _draw(self, curves: dict[str, tuple[list[float], list[float]]]) -> int:
-        """Update the curves (new evaluation metrics get a trace on the right axis)."""
+    def _draw(
+        self,
+        curves: dict[str, tuple[list[float], list[float]]],
+        timeline: list[dict[str, list]] | None = None,
+    ) -> int:
+        """Update the curves (new evaluation metrics get a trace on the right axis) and
+        the workers over time (`_timeline_traces`, for the traces after the loss)."""
         fig, sent = self.figure, 0
         new = [name for name in curves if name not in self._traces]
         if new:
@@ -262,14 +319,18 @@ class Dashboard:
                 ]
             )
             for n in new:
-                self._traces[n] = len(self._traces)
+                self._traces[n] = len(fig.data) - len(new) + new.index(n)
             sent += 1
         old = {n: xy for n, xy in curves.items() if n not in new}
-        if old:
+        if old or timeline:
             with fig.batch_update():
                 for name, (xs, ys) in old.items():
                     trace = fig.data[self._traces[name]]
                     trace.x, trace.y = xs, ys
+                for trace, drawn in zip(fig.data[1 : 1 + len(timeline or [])], timeline or []):
+                    trace.x, trace.y = drawn["x"], drawn["y"]
+                    if "text" in drawn:
+                        trace.text = drawn["text"]
             sent += 1
         self.messages += sent
         self.figure_updates += sent
@@ -324,6 +385,32 @@ class Dashboard:
 
         self._action = threading.Thread(target=run, name="edl-dashboard-control", daemon=True)
         self._action.start()
+
+
+def _timeline_traces(view: JobView, now: float) -> list[dict[str, list]]:
+    """The timeline chart's traces (live, desired, then a trace per kind of mark) from the
+    view; a running job's lines go on to `now` (Unix time)."""
+    timeline = view.timeline
+    live, desired = timeline.live.xy(), timeline.desired.xy()
+    lines = []
+    end = view.elapsed(now)
+    for (xs, ys), current in zip((live, desired), timeline.now()):
+        xs, ys = list(xs), list(ys)
+        if xs and current is not None and end > xs[-1]:
+            xs.append(round(end, 3))
+            ys.append(current)
+        lines.append({"x": xs, "y": ys})
+    marks = []
+    for kind in MARK_KINDS:
+        of_kind = [m for m in timeline.marks if m.kind == kind]
+        marks.append(
+            {
+                "x": [m.at for m in of_kind],
+                "y": [m.workers for m in of_kind],
+                "text": [m.text for m in of_kind],
+            }
+        )
+    return lines + marks
 
 
 def _execution_count() -> int | None:

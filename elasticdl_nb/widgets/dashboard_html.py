@@ -11,8 +11,14 @@ from __future__ import annotations
 import html
 import time
 
-from elasticdl_nb.sdk.progress import INSTANCE_LOST, format_progress
-from elasticdl_nb.vocabulary import GroupChange, JobState, Phase
+from elasticdl_nb.sdk.progress import (
+    INSTANCE_LOST,
+    format_percent,
+    format_progress,
+    format_stragglers,
+    times_median,
+)
+from elasticdl_nb.vocabulary import GroupChange, JobState, Phase, Role
 from elasticdl_nb.widgets.job_view import JobView
 
 STATE_COLORS = {
@@ -23,6 +29,7 @@ STATE_COLORS = {
     JobState.STOPPED: "#9a6700",
 }
 ERROR_COLOR = "#c62828"
+WARNING_COLOR = "#b35c00"  # a straggler: slow, not failed
 # What an allreduce group's change is called in "last recovery stepping again in ..."
 _CHANGES = {GroupChange.FAILURE: "recovery", GroupChange.JOINED: "join", GroupChange.LEFT: "leave"}
 
@@ -56,6 +63,15 @@ def status_html(view: JobView, now: float) -> str:
     eta = view.eta(now)
     if eta is not None:
         head.append(f"ETA {_duration(eta)}")
+    goodput = view.goodput()
+    if goodput is not None:
+        head.append(
+            f'<span class="edl-goodput" title="training over wanted worker time (README, '
+            f'Goodput): {view.progress.get("recovering_s", 0):g} worker-s recovering">'
+            f"goodput {format_percent(goodput)}</span>"
+        )
+    if view.master_restarts:
+        head.append(colored(f"master restarted {view.master_restarts}×", ERROR_COLOR))
     total, done = view.records_total(), view.records_done()
     if total:
         fraction = min(1.0, done / total)
@@ -79,6 +95,8 @@ def status_html(view: JobView, now: float) -> str:
     if view.last_loss is not None:
         figures.append(f"loss {view.last_loss:.4g}")
     figures.append(f"workers {view.live_workers()}/{view.workers or '?'}")
+    if view.stragglers:
+        figures.append(colored(format_stragglers(view.stragglers), WARNING_COLOR))
     if view.ps:
         figures.append(f"PS {view.ps}")
     if view.group_version:
@@ -114,7 +132,11 @@ def details_html(view: JobView) -> str:
         exit_ = r.signal or ("" if r.exit_code is None else str(r.exit_code))
         restarts = str(r.restarts) + (f" (replaces {r.replaces})" if r.replaces is not None else "")
         color = ERROR_COLOR if r.state in INSTANCE_LOST else "inherit"
-        values = (r.role, r.id, r.state, restarts, exit_, r.reason, r.pid or "")
+        state = r.state
+        straggler = view.stragglers.get(r.id) if r.role == Role.WORKER else None
+        if straggler is not None:
+            color, state = WARNING_COLOR, f"{r.state}, straggler{times_median(straggler)}"
+        values = (r.role, r.id, state, restarts, exit_, r.reason, r.pid or "")
         rows.append(
             f'<tr style="color:{color}">'
             + "".join(f"<td {cell}>{e(str(v))}</td>" for v in values)

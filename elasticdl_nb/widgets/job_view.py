@@ -1,8 +1,10 @@
 """`JobView`: what the dashboard shows, folded from the job's event journal.
 
 No widgets here: `JobView.apply(event)` takes journal events one by one (README, "The
-event journal") and keeps the header, the progress, the instances, a bounded event log
-and the loss and evaluation curves. Everything it shows is derived from events, so
+event journal") and keeps the header (with the master's goodput and restarts), the
+progress, the instances and the stragglers among them, a bounded event log, the loss and
+evaluation curves, and the workers over time with the faults and relaunches marked
+(`Timeline`, timeline.py). Everything it shows is derived from events, so
 replaying the journal from seq 0 (reattaching after a kernel restart) rebuilds exactly
 the view that following the job live had built. Times come from the events' own stamps;
 only "now" (for the elapsed time and the ETA of a running job) is passed in by the caller.
@@ -31,6 +33,7 @@ from elasticdl_nb.vocabulary import (
     Role,
 )
 from elasticdl_nb.widgets.series import Series
+from elasticdl_nb.widgets.timeline import Timeline
 
 # The table's word for a PS between its end and its relaunch under the same id (a
 # `relaunch` event); not a journal word, so not an `InstanceState`.
@@ -43,6 +46,19 @@ PROGRESS_FIELDS = (
     "records_done",
     "records_per_epoch",
     "records_per_second",
+    "goodput",
+    "training_s",
+    "recovering_s",
+)
+# The events that change the workers over time or put a mark on it.
+TIMELINE_KINDS = frozenset(
+    {
+        EventKind.INSTANCE,
+        EventKind.SCALE,
+        EventKind.RELAUNCH,
+        EventKind.MASTER_RESTARTED,
+        EventKind.STRAGGLER,
+    }
 )
 
 
@@ -125,6 +141,9 @@ class JobView:
         self.group_version = 0
         self.group_members: list[int] = []
         self.last_change: tuple[str, float] | None = None  # (cause, seconds)
+        self.stragglers: dict[int, dict] = {}  # worker -> its `straggler` event's data
+        self.master_restarts = 0
+        self.timeline = Timeline()
         # Bumped when the table or the log change: a renderer redraws those only then.
         self.instances_version = 0
         self.log_version = 0
@@ -155,10 +174,12 @@ class JobView:
             return
         self.last_seq = event.seq
         if self.started_at is None:
-            self.started_at = event.time
+            self.started_at = self.timeline.origin = event.time
         handler = self._HANDLERS.get(event.kind)
         if handler is not None:
             handler(self, event)
+        if event.kind in TIMELINE_KINDS:
+            self.timeline.apply(event, self.workers)
         line = describe(event)
         if line:
             self.add_log(event.seq, event.time, line, error=_is_error(event))
@@ -248,10 +269,23 @@ class JobView:
             if d["kind"] == InstanceState.STARTED:
                 row.reason = ""
         if d["kind"] in INSTANCE_ENDED:
+            if d["role"] == Role.WORKER:
+                self.stragglers.pop(row.id, None)
             row.exit_code = d.get("exit_code")
             row.signal = d.get("signal")
             row.reason = d.get("reason") or d["kind"]
         self.instances_version += 1
+
+    def _on_straggler(self, event: Event) -> None:
+        self.stragglers[event.data["worker"]] = event.data
+        self.instances_version += 1
+
+    def _on_straggler_cleared(self, event: Event) -> None:
+        self.stragglers.pop(event.data["worker"], None)
+        self.instances_version += 1
+
+    def _on_master_restarted(self, event: Event) -> None:
+        self.master_restarts = event.data["incarnation"]
 
     def _on_relaunch(self, event: Event) -> None:
         d = event.data
@@ -278,6 +312,9 @@ class JobView:
         EventKind.GROUP_SETTLED: _on_group_settled,
         EventKind.INSTANCE: _on_instance,
         EventKind.RELAUNCH: _on_relaunch,
+        EventKind.STRAGGLER: _on_straggler,
+        EventKind.STRAGGLER_CLEARED: _on_straggler_cleared,
+        EventKind.MASTER_RESTARTED: _on_master_restarted,
     }
 
     # ------------------------------------------------------------------ derived figures
@@ -315,6 +352,10 @@ class JobView:
         left = max(0, per_epoch - self.records_done()) + max(0, epochs - epoch - 1) * per_epoch
         return max(0.0, left / rate - max(0.0, _now(now) - self.progress_at))
 
+    def goodput(self) -> float | None:
+        """The master's goodput as of its newest `progress` or `job_state` event."""
+        return self.progress.get("goodput")
+
     def live_workers(self) -> int:
         return sum(
             1
@@ -339,12 +380,20 @@ class JobView:
                 "eta": self.eta(now),
                 "workers": (self.live_workers(), self.workers),
                 "group": (self.group_version, self.group_members, self.last_change),
+                "goodput": self.goodput(),
+                "master_restarts": self.master_restarts,
+                "stragglers": dict(self.stragglers),
             },
             "progress": dict(self.progress, tasks=(self.tasks_done, self.tasks_total)),
             "instances": [vars(r).copy() for r in self.rows()],
             "log": [(line.seq, line.text, line.error) for line in self.log],
             "loss": self.loss.xy(),
             "metrics": {name: s.xy() for name, s in sorted(self.metrics.items())},
+            "timeline": {
+                "live": self.timeline.live.xy(),
+                "desired": self.timeline.desired.xy(),
+                "marks": list(self.timeline.marks),
+            },
         }
 
 

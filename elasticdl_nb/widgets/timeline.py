@@ -1,0 +1,94 @@
+"""`Timeline`: the workers over time, with the faults and relaunches on the way (the
+dashboard's second chart), folded from journal events alongside the `JobView`.
+
+Times are seconds since the job's first event. The live and desired worker counts are
+kept as their changes (a step line), in bounded `Series`; the marks (a worker, a PS or the
+master lost, a relaunch, a straggler flagged) in a bounded deque of the newest.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from elasticdl_nb.runtime.master.journal import Event
+from elasticdl_nb.sdk.progress import INSTANCE_LOST, times_median
+from elasticdl_nb.vocabulary import EventKind, InstanceState, Role
+from elasticdl_nb.widgets.series import Series
+
+# The kinds of mark, in the legend's order.
+WORKER_LOST = "worker lost"
+PS_LOST = "PS lost"
+MASTER_LOST = "master restarted"
+RELAUNCH = "relaunch"
+STRAGGLER = "straggler"
+MARK_KINDS = (WORKER_LOST, PS_LOST, MASTER_LOST, RELAUNCH, STRAGGLER)
+
+
+@dataclass(frozen=True)
+class Mark:
+    at: float  # seconds since the job's first event
+    kind: str  # one of MARK_KINDS
+    text: str  # what happened, for the hover label
+    workers: int  # live workers then: where the mark sits on the chart
+
+
+class Timeline:
+    """Live workers (started or running, as their `instance` events said) and desired
+    workers over time, and the marks on the way. `apply(event, desired)` with the desired
+    workers after the event."""
+
+    def __init__(self, capacity: int = 512, marks: int = 200):
+        self.origin: float | None = None  # the time of the job's first event
+        self.live = Series(capacity)  # (min-max buckets: a dip stays visible)
+        self.desired = Series(capacity)
+        self.marks: deque[Mark] = deque(maxlen=marks)
+        self.version = 0  # bumped on every change: a renderer redraws only then
+        self._live: int | None = None
+        self._desired: int | None = None
+        self._workers: set[int] = set()  # live now
+
+    def apply(self, event: Event, desired: int | None) -> None:
+        if self.origin is None:
+            self.origin = event.time
+        at = round(event.time - self.origin, 3)
+        d = event.data
+        if event.kind == EventKind.INSTANCE and d["role"] == Role.WORKER:
+            if d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING):
+                self._workers.add(d["id"])
+            else:
+                self._workers.discard(d["id"])
+        live = len(self._workers)
+        if live != self._live:
+            self.live.add(at, live)
+            self._live = live
+            self.version += 1
+        if desired is not None and desired != self._desired:
+            self.desired.add(at, desired)
+            self._desired = desired
+            self.version += 1
+        mark = _mark(event)
+        if mark is not None:
+            self.marks.append(Mark(at, mark[0], mark[1], live))
+            self.version += 1
+
+    def now(self) -> tuple[int | None, int | None]:
+        """The live and desired workers as of the newest event."""
+        return self._live, self._desired
+
+
+def _mark(event: Event) -> tuple[str, str] | None:
+    """(kind, text) of the mark an event makes, or None."""
+    d = event.data
+    if event.kind == EventKind.INSTANCE and d.get("kind") in INSTANCE_LOST:
+        if d.get("expected"):
+            return None
+        kind = WORKER_LOST if d["role"] == Role.WORKER else PS_LOST
+        return kind, f"{d['role']} {d['id']} {d.get('reason') or d['kind']}"
+    if event.kind == EventKind.MASTER_RESTARTED:
+        return MASTER_LOST, f"master restarted (#{d['incarnation']}), down {d['down_s']:.1f} s"
+    if event.kind == EventKind.RELAUNCH:
+        return RELAUNCH, f"{d['role']} {d['id']} relaunched (replacing {d['replaces']})"
+    if event.kind == EventKind.STRAGGLER:
+        return STRAGGLER, f"worker {d['worker']} a straggler{times_median(d)}"
+    return None
