@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,16 @@ def call(
             "server address is reachable from here (`kubectl cluster-info`)."
         ) from None
     return json.loads(response.data or b"{}")
+
+
+def created(obj: dict[str, Any]) -> float:
+    """When the server made `obj` (its creationTimestamp, RFC 3339, to the second) in
+    Unix seconds; 0 if it does not say."""
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+    except ValueError:
+        return 0.0
 
 
 def explain(what: str, exc) -> str:

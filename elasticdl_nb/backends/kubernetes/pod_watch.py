@@ -7,6 +7,10 @@ after a compaction or a restart), it starts over from a fresh list, and a pod th
 new list lacks was deleted meanwhile, which is reported as such. Each pod state reaches
 `on_pod(pod, deleted)` as a plain dict (the API's JSON), in order, at least once;
 consumers keep only what changed.
+
+A consumer that must see the pods as they are before anything else (a master taking a job
+over) lists them itself (`list_pods`) and starts the watch from that list's version: every
+change after it comes once, none before it twice.
 """
 
 from __future__ import annotations
@@ -38,17 +42,38 @@ class PodWatch:
         self.relists = 0  # how often it had to start over from a list (410 Gone)
         self.reconnects = 0  # how often the connection broke and the watch resumed
         self._alive: dict[str, dict[str, Any]] = {}  # uid -> last state of a live pod
+        self._version: str | None = None  # where the watch starts (None: a fresh list)
 
-    def start(self) -> PodWatch:
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
+    def start(self, version: str | None = None) -> PodWatch:
+        """Follow the pods from `version` (what `list_pods` returned), else from a fresh list
+        whose pods all go to `on_pod`."""
+        self._version = version
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
 
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        """Every pod now, and the version to `start` from. They are not passed to
+        `on_pod` (the caller handles them), but count as seen: one that a later re-list
+        lacks is reported deleted."""
+        body = _json(
+            self.api.list_namespaced_pod(
+                self.namespace, label_selector=self.selector, _preload_content=False
+            )
+        )
+        pods = body.get("items", [])
+        self._alive = {pod["metadata"]["uid"]: pod for pod in pods}
+        return pods, body["metadata"]["resourceVersion"]
+
     def _run(self) -> None:
         backoff = 0.2
-        version = None
+        version = self._version
         while not self._stop.is_set():
             try:
                 if version is None:

@@ -18,15 +18,24 @@ log = logging.getLogger("elasticdl_nb.kubernetes")
 StreamOpener = Callable[[], socket.socket]  # a connected socket-like object to the pod
 
 
-def pod_stream_opener(api, pod: str, namespace: str, port: int) -> StreamOpener:
-    """Opens a port-forward stream to `pod`:`port` through `api` (a CoreV1Api)."""
+def pod_stream_opener(api, pod: str | Callable[[], str], namespace: str, port: int) -> StreamOpener:
+    """Opens a port-forward stream to `pod`:`port` through `api` (a CoreV1Api). `pod`
+    may be a function that names the pod at each opening (a job's master pod, which is
+    replaced under a new name).
+
+    `api` must serve port-forwards only: while a stream opens, the `kubernetes` client
+    routes every call of its ApiClient through the websocket (a call from another thread
+    then fails with "Missing required parameter `ports`"), so openings take turns."""
+    opening = threading.Lock()
 
     def open_stream():
         from kubernetes.stream import portforward
 
-        forward = portforward(
-            api.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port)
-        )
+        name = pod() if callable(pod) else pod
+        with opening:
+            forward = portforward(
+                api.connect_get_namespaced_pod_portforward, name, namespace, ports=str(port)
+            )
         return forward.socket(port)
 
     return open_stream
