@@ -17,9 +17,11 @@ There is no kubelet and no scheduler: pods are stored but never run. A pod with
 For a real node (node.py) the keyword options of `TestCluster` change that: the API
 server on the node's address instead of loopback (pods reach it through the `kubernetes`
 Service, which the API server then fills), a Service range that is not loopback, the
-kubelet reached at the node's InternalIP, the endpoint, endpointslice, nodelifecycle and
-persistentvolume-binder controllers (kube-proxy needs endpoints; the node's `not-ready`
-taint must go; claims must bind), and the node's own static token. The defaults are the
+kubelet reached at the node's InternalIP, the job, endpoint, endpointslice, nodelifecycle
+and persistentvolume-binder controllers (a job's master is a Job's pod; kube-proxy needs
+endpoints; the node's `not-ready` taint must go; claims must bind), and the node's own
+static token. (The node-less cluster has no job controller: a Job there is stored, and
+makes no pod, as nothing would run it.) The defaults are the
 loopback cluster above.
 
 Keys and certificates are made with the `openssl` command line, so the tests need no
@@ -61,6 +63,7 @@ CONTROLLERS = (
     "resourcequota",  # quota usage, without which quota admission refuses all
 )
 NODE_CONTROLLERS = (
+    "job",  # a job's master runs in the pod of a batch/v1 Job, which replaces it if it goes
     "endpoint",
     "endpointslice",
     "nodelifecycle",

@@ -404,6 +404,17 @@ class RealNode:
         listed = _run(*self._ctr("containers", "list", "--quiet", selector)).stdout
         return listed.split()
 
+    def container_pid(self, container_id: str) -> int:
+        """The host pid of a container's first process (`containerd://ID` or ID, as a
+        pod's container status names it): the node's containers are processes here."""
+        container_id = container_id.split("://", 1)[-1]
+        listed = _run(*self._ctr("tasks", "list")).stdout.splitlines()
+        for line in listed[1:]:  # TASK PID STATUS
+            task, pid, *_ = line.split()
+            if task == container_id:
+                return int(pid)
+        raise LookupError(f"containerd runs no task {container_id}")
+
     def stop(self) -> list[str]:
         """Undo everything start() and prepare() did; returns what could not be undone
         (also printed). Safe to call again and from atexit."""

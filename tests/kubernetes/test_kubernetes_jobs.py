@@ -7,7 +7,8 @@ user Role, from outside the pod network (it reaches a master by port-forward); t
 master pod acts as the `elasticdl-nb-master` service account with only that file's
 master Role. Faults are made by the cluster itself: a pod deleted, a worker preempted
 by the scheduler for a higher-priority pod, a worker killed by its cgroup's OOM killer,
-the PS pod deleted, the master pod deleted.
+the PS pod deleted, the master's Job deleted. (The master's own death, in its container
+or with its pod: test_kubernetes_master_failover.py.)
 """
 
 from __future__ import annotations
@@ -95,15 +96,19 @@ def test_a_notebook_cell_trains_on_kubernetes(
     assert {("worker", "0", "succeeded"), ("worker", "1", "succeeded")} <= rows, rows
     assert ("ps", "0", "deleted") in rows, rows  # by the master, at the end, as expected
     core = client.CoreV1Api(real_admin)
+
     # The master removed its workers and PS (the kubelet stops them in their grace
-    # period); its own pod stays, finished, for the record: a container of our image, run
-    # by containerd on the real node.
-    master = f"{job.name}-master"
-    wait_for(lambda: list(pods(core, job_namespace)) == [master], 60, "only the master pod")
-    left = pods(core, job_namespace)
-    assert left[master].status.phase == "Succeeded"
-    assert left[master].spec.node_name == real_node.name
-    (container,) = left[master].status.container_statuses
+    # period); its own pod (its Job's, with a generated name) stays, finished, for the
+    # record: a container of our image, run by containerd on the real node.
+    def left():
+        return pods(core, job_namespace)
+
+    wait_for(lambda: set(left()) == set(pods(core, job_namespace, "master")), 60, "the master")
+    (master,) = left().values()
+    assert master.metadata.name.startswith(f"{job.name}-master-")
+    assert master.status.phase == "Succeeded"
+    assert master.spec.node_name == real_node.name
+    (container,) = master.status.container_statuses
     assert container.container_id.startswith("containerd://"), container
     assert container.image.endswith(real_node.job_image_ref().split("/", 1)[1]), container
 
@@ -308,12 +313,13 @@ def test_scaling_through_the_api_adds_and_retires_worker_pods(
     assert ledger_problems(job.dir, 1, [len(x)], 6) == []
 
 
-def test_deleting_the_master_pod_deletes_every_object_and_container_of_the_job(
+def test_deleting_the_job_deletes_every_object_and_container_of_the_job(
     job_home, job_namespace, real_node, real_cluster, real_admin, tmp_path
 ):
     from kubernetes import client
 
     core = client.CoreV1Api(real_admin)
+    batch = client.BatchV1Api(real_admin)
     (x, y), _ = digits_split()
     job = edl.train(
         custom_model,
@@ -324,12 +330,15 @@ def test_deleting_the_master_pod_deletes_every_object_and_container_of_the_job(
         **k8s_options(real_cluster, job_namespace, tmp_path),
     )
     wait_for_step(job, 5, timeout=300)
-    core.delete_namespaced_pod(f"{job.name}-master", job_namespace)
+    # As `kubectl delete job` does: the API's default for a batch/v1 Job orphans its pods.
+    batch.delete_namespaced_job(f"{job.name}-master", job_namespace,
+                                propagation_policy="Background")  # fmt: skip
 
     label = f"elasticdl-nb/job={job.name}"
 
     def objects_left():
         kinds = {
+            "job": batch.list_namespaced_job,
             "pod": core.list_namespaced_pod,
             "service": core.list_namespaced_service,
             "configmap": core.list_namespaced_config_map,
@@ -344,7 +353,8 @@ def test_deleting_the_master_pod_deletes_every_object_and_container_of_the_job(
     wait_for(lambda: not objects_left(), 120, "the garbage collector", poll=0.5)
     # And the kubelet removed every container of the job's pods (sandboxes too).
     wait_for(lambda: not real_node.containers(job_namespace), 120, "the kubelet", poll=1)
-    # The master got SIGTERM from the kubelet and recorded its end on the shared volume.
+    # The master got SIGTERM from the kubelet, found its Job gone, so stopped the job
+    # (rather than leave it to a next master) and recorded its end on the shared volume.
     assert job.status()["state"] == "stopped"
     ended = [e.data for e in job.events(follow=False) if e.kind == "job_state"][-1]
     assert ended["reason"] == "master got SIGTERM", ended

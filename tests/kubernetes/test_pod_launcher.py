@@ -1,7 +1,8 @@
 """The master's pod launcher against a real kube-apiserver: pods and PS Services created
 with owners and labels, pod status turned into instance events through a real watch,
-a PS relaunched under its old name. The test writes pod status itself, as a kubelet does
-(through the status subresource)."""
+a PS relaunched under its old name, the pods of a master that died taken over by the
+next one. The test writes pod status itself, as a kubelet does (through the status
+subresource)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 class Events:
     def __init__(self):
         self.seen, self._changed = [], threading.Condition()
+        self.threads: list[str] = []  # the thread that reported each event
 
     def __call__(self, event):
         with self._changed:
             self.seen.append(event)
+            self.threads.append(threading.current_thread().name)
             self._changed.notify_all()
+
+    def kinds(self) -> list[tuple]:
+        with self._changed:
+            return [(e.role, e.instance_id, str(e.kind)) for e in self.seen]
 
     def wait_for(self, role, index, kind, timeout=20.0):
         deadline = time.monotonic() + timeout
@@ -38,13 +45,12 @@ class Events:
                 self._changed.wait(left)
 
 
-def _launcher(core, namespace: str, tmp_path, events: Events, **options):
-    """A master pod (only its uid matters: it owns the rest) and a started PodLauncher
-    for job "job", whose pods are bound to a node no kubelet serves: the tests write
-    the pods' status themselves."""
+def _spec(namespace: str, tmp_path, **options) -> JobSpec:
+    """Job "job", whose pods are bound to a node no kubelet serves: the tests write the
+    pods' status themselves."""
     elsewhere = tmp_path / "elsewhere.yaml"
     elsewhere.write_text("spec:\n  nodeName: a-node-no-kubelet-serves\n")
-    spec = JobSpec.from_options(
+    return JobSpec.from_options(
         data=["x"],
         backend="kubernetes",
         namespace=namespace,
@@ -53,9 +59,25 @@ def _launcher(core, namespace: str, tmp_path, events: Events, **options):
         **{f"{role}_priority_class": "" for role in ("master", "ps", "worker")},
         **options,
     )
-    master = core.create_namespaced_pod(namespace, m.master_pod(spec, "job", ["spec.json"]))
+
+
+def _master_job(api_client, spec: JobSpec) -> dict:
+    """The master's Job (stored only: this cluster runs no job controller), and the
+    owner reference it gives everything of the job."""
+    from kubernetes import client
+
+    made = client.BatchV1Api(api_client).create_namespaced_job(
+        spec.namespace, m.master_job(spec, "job", ["spec.json"])
+    )
+    return m.owner_reference(made.metadata.name, made.metadata.uid)
+
+
+def _launcher(core, namespace: str, tmp_path, events: Events, **options):
+    """The master's Job (only its uid matters: it owns the rest) and a PodLauncher."""
+    spec = _spec(namespace, tmp_path, **options)
+    owner = _master_job(core.api_client, spec)
     addresses = m.Addresses.service_dns(spec, "job")
-    return master, PodLauncher(spec, "job", core, master.metadata.uid, events, addresses).start()
+    return owner, PodLauncher(spec, "job", core, owner, events, addresses)
 
 
 def set_status(core, namespace, name, status):
@@ -69,13 +91,14 @@ def test_launch_watch_and_relaunch_a_ps_under_its_old_name(
 
     core = client.CoreV1Api(k8s_admin_client)
     events = Events()
-    master, launcher = _launcher(core, k8s_namespace, tmp_path, events, ps=1)
+    owner, launcher = _launcher(core, k8s_namespace, tmp_path, events, ps=1)
     try:
         launcher.launch("ps", 0)
         launcher.launch("worker", 0)
         events.wait_for("ps", 0, "started")
         ps = core.read_namespaced_pod("job-ps-0", k8s_namespace)
-        assert ps.metadata.owner_references[0].uid == master.metadata.uid
+        assert ps.metadata.owner_references[0].uid == owner["uid"]
+        assert ps.metadata.owner_references[0].kind == "Job"
 
         running = {"phase": "Running", "containerStatuses": [_container({"running": {}})]}
         set_status(core, k8s_namespace, "job-worker-0", running)
@@ -149,6 +172,69 @@ def test_a_pod_the_scheduler_preempted_is_told_from_one_deleted_by_someone(
         assert events.wait_for("worker", 1, "deleted").reason == "pod deleted"
     finally:
         launcher.watch.stop()
+
+
+def test_a_new_master_adopts_the_pods_reports_each_once_and_keeps_the_raised_memory(
+    k8s_admin_client, k8s_namespace, tmp_path
+):
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_admin_client)
+    first_events = Events()
+    memory = {"worker_resources": "cpu=100m,memory=1Gi", "max_memory": "4Gi"}
+    owner, first = _launcher(core, k8s_namespace, tmp_path, first_events, ps=1, **memory)
+    running = {"phase": "Running", "containerStatuses": [_container({"running": {}})]}
+    oom = _container({"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
+    try:
+        first.launch("ps", 0)
+        first.launch("worker", 0)
+        set_status(core, k8s_namespace, "job-ps-0", running)
+        failed = {"phase": "Failed", "containerStatuses": [oom]}
+        set_status(core, k8s_namespace, "job-worker-0", failed)
+        first_events.wait_for("worker", 0, "oom")
+        assert first.grow_memory("worker") == "1Gi -> 2Gi"
+        first.launch("worker", 1)  # with 2Gi
+        set_status(core, k8s_namespace, "job-worker-1", running)
+        first_events.wait_for("worker", 1, "running")
+    finally:
+        first.watch.stop()  # the first master dies
+    # Not the job's: another job's pod, and one of this job's pods the Job does not own.
+    spec = first.spec
+    addresses = m.Addresses.service_dns(spec, "job")
+    other = m.worker_pod(spec, "other", 0, owner, addresses)
+    core.create_namespaced_pod(k8s_namespace, other)
+    stray = m.worker_pod(spec, "job", 7, {**owner, "uid": "0000-not-the-job"}, addresses)
+    core.create_namespaced_pod(k8s_namespace, stray)
+
+    events = Events()
+    second = PodLauncher(spec, "job", core, owner, events, addresses)
+    try:
+        assert second.adopt() == {("ps", 0), ("worker", 0), ("worker", 1)}
+        # Each pod's state as it is now, reported from the adopting thread, before adopt
+        # returned; the memory an OOM raised holds for the next worker pods.
+        assert sorted(events.kinds()) == [
+            ("ps", 0, "running"),
+            ("worker", 0, "oom"),
+            ("worker", 1, "running"),
+        ]
+        assert set(events.threads) == {threading.current_thread().name}
+        assert second.memory == {"worker": "2Gi"}
+        assert second.grow_memory("worker") == "2Gi -> 4Gi"
+        # The watch goes on from the list: what changes after it comes once, nothing
+        # before it comes again.
+        succeeded = _container({"terminated": {"exitCode": 0, "reason": "Completed"}})
+        ended = {"phase": "Succeeded", "containerStatuses": [succeeded]}
+        set_status(core, k8s_namespace, "job-worker-1", ended)
+        events.wait_for("worker", 1, "succeeded")
+        time.sleep(1)  # room for a repeated or stray event to show up
+        assert events.kinds()[3:] == [("worker", 1, "succeeded")]
+        assert events.threads[3] == "pod-watch"
+        # Launched by the new master: the raised memory.
+        second.launch("worker", 2)
+        pod = core.read_namespaced_pod("job-worker-2", k8s_namespace)
+        assert pod.spec.containers[0].resources.limits["memory"] == "4Gi"
+    finally:
+        second.watch.stop()
 
 
 def _container(state):

@@ -32,7 +32,11 @@ def prepared_job(tmp_path, namespace: str, **options):
 
 
 def objects_of(core, namespace) -> list[str]:
-    found = [
+    from kubernetes import client
+
+    batch = client.BatchV1Api(core.api_client)
+    found = [f"Job {j.metadata.name}" for j in batch.list_namespaced_job(namespace).items]
+    found += [
         f"ConfigMap {c.metadata.name}" for c in core.list_namespaced_config_map(namespace).items
     ]
     found += [f"Secret {s.metadata.name}" for s in core.list_namespaced_secret(namespace).items]
@@ -59,14 +63,17 @@ def test_a_user_with_the_rbac_yaml_role_starts_a_job_and_without_it_gets_told_wh
 
     grant_rbac_yaml(k8s_admin_client, k8s_namespace, k8s_cluster.user_name)
     made = submit(spec, "job-a", job_dir, "secret-token", api_client=k8s_user_client)
-    master = made["Pod"]
+    master = made["Job"]
     assert master["metadata"]["labels"]["elasticdl-nb/role"] == "master"
-    # Everything else belongs to the master pod: deleting it deletes the job.
+    # Everything else belongs to the master's Job: deleting it deletes the job.
     for kind in ("Service", "ConfigMap", "Secret"):
-        assert made[kind]["metadata"]["ownerReferences"][0]["uid"] == master["metadata"]["uid"]
+        (owner,) = made[kind]["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("Job", master["metadata"]["uid"])
+    # (This cluster runs no job controller: the Job makes no master pod here. The pod
+    # was only admitted, in a dry run.)
     assert objects_of(core, k8s_namespace) == [
         "ConfigMap job-a-bundle",
-        "Pod job-a-master",
+        "Job job-a-master",
         "Secret job-a-token",
         "Service job-a-master",
     ]
@@ -82,12 +89,24 @@ def test_a_half_made_job_is_undone(k8s_admin_client, k8s_namespace, tmp_path):
     from kubernetes import client
 
     core = client.CoreV1Api(k8s_admin_client)
-    # The master pod is refused (its service account does not exist): the ConfigMap and
-    # Secret made before it are deleted again.
+    # The master pod is refused (its service account does not exist) in the dry run that
+    # comes first: nothing is made.
     spec, job_dir = prepared_job(tmp_path, k8s_namespace, name="job-b", service_account="nobody")
     with pytest.raises(KubernetesError, match="create Pod job-b-master.*account does not exist"):
         submit(spec, "job-b", job_dir, "t", api_client=k8s_admin_client)
     assert objects_of(core, k8s_namespace) == []
+
+    # The last object is refused (a Secret of that name is there already): the Job made
+    # first is deleted again, and the garbage collector takes what it owned.
+    spec, job_dir = prepared_job(tmp_path / "2", k8s_namespace, name="job-f",
+                                 service_account="default", master_priority_class="")  # fmt: skip
+    core.create_namespaced_secret(k8s_namespace, {"metadata": {"name": "job-f-token"}})
+    with pytest.raises(KubernetesError, match=r"create Secret job-f-token.*HTTP 409"):
+        submit(spec, "job-f", job_dir, "t", api_client=k8s_admin_client)
+    deadline = time.monotonic() + 30
+    while objects_of(core, k8s_namespace) != ["Secret job-f-token"]:
+        assert time.monotonic() < deadline, objects_of(core, k8s_namespace)
+        time.sleep(0.2)
 
 
 def test_missing_namespace_unreachable_server_no_kubeconfig_and_oversize_bundle(

@@ -59,7 +59,7 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
         kubernetes_validate.validate(obj, CURRENT_KUBERNETES, strict=True)
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
     assert kinds == [
-        ("Pod", "digits-master"),
+        ("Job", "digits-master"),
         ("Service", "digits-master"),
         ("ConfigMap", "digits-bundle"),
         ("Secret", "digits-token"),
@@ -73,12 +73,14 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
     ]
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     assert all(o["metadata"]["namespace"] == "ml" for o in objects)
-    # Everything belongs to the master pod: deleting it deletes the job.
+    # Everything belongs to the master's Job: deleting it deletes the job. Not as its
+    # controller: the Job controller would count worker pods as its own (or release them).
     assert "ownerReferences" not in objects[0]["metadata"]
-    owned = [o for o in objects[1:] if o["metadata"].get("ownerReferences")]
-    assert len(owned) == 10 and all(
-        o["metadata"]["ownerReferences"][0]["name"] == "digits-master" for o in owned
-    )
+    owners = [o["metadata"].get("ownerReferences") for o in objects[1:]]
+    assert owners == [
+        [{"apiVersion": "batch/v1", "kind": "Job", "name": "digits-master",
+          "uid": "<the master Job's uid>"}]
+    ] * 10  # fmt: skip
     # The token is never printed, and reaches pods only from the Secret.
     secret = by_name[("Secret", "digits-token")]
     assert secret["stringData"]["token"] == "<generated at launch>"
@@ -103,7 +105,9 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
     assert service["spec"]["selector"]["elasticdl-nb/index"] == "1"
     assert [p["port"] for p in service["spec"]["ports"]] == [50002, 50003]
     # The pod template reached every pod, merged rather than replacing our fields.
-    for obj in objects:
+    job = by_name[("Job", "digits-master")]
+    master = {**job["spec"]["template"], "kind": "Pod"}
+    for obj in [*objects, master]:
         if obj["kind"] == "Pod":
             assert obj["spec"]["nodeSelector"] == {"pool": "training"}
             assert obj["metadata"]["annotations"] == {"team": "ranking"}
@@ -114,7 +118,6 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
     module = cm["data"]["bundle__source__captured_model.py"]
     assert "custom_model = _values['custom_model']" in module  # a test module's: pickled
     assert "bundle__source__values.pkl" in cm["binaryData"]
-    master = by_name[("Pod", "digits-master")]
     items = {
         i["path"]
         for v in master["spec"]["volumes"]
@@ -126,8 +129,45 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
     probe = master["spec"]["containers"][0]["readinessProbe"]
     master_ports = [p["targetPort"] for p in by_name[("Service", "digits-master")]["spec"]["ports"]]
     assert probe["tcpSocket"]["port"] in master_ports
+    # The master's Service selects the pods the Job makes, whatever their names.
+    selector = by_name[("Service", "digits-master")]["spec"]["selector"]
+    assert selector.items() <= master["metadata"]["labels"].items()
+    assert selector["elasticdl-nb/role"] == "master"
     # Nothing was launched, and nothing is left behind.
     assert not list((job_home / "jobs").glob("*"))
+
+
+def test_the_master_is_the_one_pod_of_a_job_that_restarts_it_in_place(digits, job_home):
+    """A master that fails is restarted in its pod (its journal is in the job directory);
+    a master pod that goes is replaced by the Job; the Job gives up after as many
+    failures as a local job's supervisor restarts its master. Workers and PS stay
+    `Never`: the master decides about them."""
+    objects = dry_run(digits, shared_volume="hostPath:/srv/jobs", ps=1, workers=1)
+    job = objects[0]
+    assert job["apiVersion"] == "batch/v1"
+    assert job["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "elasticdl-nb",
+        "elasticdl-nb/job": "digits",
+        "elasticdl-nb/role": "master",
+    }
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (1, 1, 20)
+    assert "selector" not in spec  # the API server makes one from the Job's uid
+    pod = spec["template"]
+    assert "name" not in pod["metadata"]  # its pods get generated names
+    assert pod["spec"]["restartPolicy"] == "OnFailure"
+    assert pod["spec"]["serviceAccountName"] == "elasticdl-nb-master"
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    # It finds its own pod (and so its Job) by the name the downward API gives it.
+    assert env["ELASTICDL_NB_POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["ELASTICDL_NB_JOB_DIR"]["value"] == "/job/digits"
+    assert {"name": "job", "hostPath": {"path": "/srv/jobs", "type": "DirectoryOrCreate"}} in (
+        pod["spec"]["volumes"]
+    )
+    for obj in objects[1:]:
+        if obj["kind"] == "Pod":
+            assert obj["spec"]["restartPolicy"] == "Never"
 
 
 @pytest.mark.parametrize(
@@ -168,12 +208,25 @@ def test_deploy_manifests_are_strictly_valid_and_grant_no_cluster_wide_rights():
         for rule in roles["elasticdl-nb-master"]["rules"]
         for resource in rule["resources"]
     }
-    # The master manages pods and services and lists events (a preemption's only trace
-    # before 1.26), and nothing else (no secrets, no configmaps).
-    assert set(master_rules) == {"pods", "services", "events"}
+    # The master manages pods and services, lists events (a preemption's only trace
+    # before 1.26) and reads its Job (on SIGTERM: is the job being deleted, or only this
+    # master pod?), and nothing else (no secrets, no configmaps, no changes to Jobs).
+    assert set(master_rules) == {"pods", "services", "events", "jobs"}
     assert master_rules["services"] == {"create", "get"}  # the garbage collector deletes
     assert master_rules["events"] == {"list"}
+    assert master_rules["jobs"] == {"get"}
     assert "*" not in set().union(*master_rules.values())
+    user_rules = {
+        resource: set(rule["verbs"])
+        for rule in roles["elasticdl-nb-user"]["rules"]
+        for resource in rule["resources"]
+    }
+    # The user makes, finds and deletes the master's Job; deleting it deletes the job.
+    assert user_rules["jobs"] == {"create", "get", "list", "delete"}
+    groups = {
+        r["apiGroups"][0] for r in roles["elasticdl-nb-user"]["rules"] if "jobs" in r["resources"]
+    }
+    assert groups == {"batch"}
     classes = {
         d["metadata"]["name"]: d["value"] for _, d in documents if d["kind"] == "PriorityClass"
     }

@@ -32,8 +32,7 @@ class KubernetesBackend(Backend):
     def master_site(self, spec: JobSpec, job_dir: Path):
         from elasticdl_nb.backends.kubernetes.master_site import KubernetesSite
 
-        del job_dir  # the pod's own copy; its site reads the cluster instead
-        return KubernetesSite(spec, spec.name)
+        return KubernetesSite(spec, spec.name, job_dir)
 
     def find_jobs(self, namespace: str, kubeconfig: str = "") -> list[FoundJob]:
         from elasticdl_nb.backends.kubernetes.find import list_jobs

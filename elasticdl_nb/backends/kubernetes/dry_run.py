@@ -10,17 +10,17 @@ from elasticdl_nb.spec import JobSpec
 
 # Values only known at launch, shown as what they are rather than invented.
 TOKEN_PLACEHOLDER = "<generated at launch>"
-MASTER_UID_PLACEHOLDER = "<the master pod's uid>"
+JOB_UID_PLACEHOLDER = "<the master Job's uid>"
 
 
 def job_manifests(spec: JobSpec, name: str, job_dir: Path) -> list[dict[str, Any]]:
-    """The notebook's four objects, then what the master creates at start: a pod and a
-    Service per PS and the first `workers` worker pods."""
+    """The notebook's four objects (the master's Job first), then what the master
+    creates at start: a pod and a Service per PS and the first `workers` worker pods."""
     from elasticdl_nb.backends.kubernetes.submit import job_objects
 
-    owner = m.owner_reference(m.master_name(name), MASTER_UID_PLACEHOLDER)
+    owner = m.owner_reference(m.master_name(name), JOB_UID_PLACEHOLDER)
     objects = job_objects(spec, name, job_dir, TOKEN_PLACEHOLDER)
-    for obj in objects[1:]:  # as submit() makes them: owned by the master pod
+    for obj in objects[1:]:  # as submit() makes them: owned by the master's Job
         obj["metadata"]["ownerReferences"] = [owner]
     addresses = m.Addresses.service_dns(spec, name)
     for i in range(spec.parameter_servers):
@@ -34,7 +34,7 @@ def dry_run_yaml(spec: JobSpec, name: str, job_dir: Path) -> str:
 
     header = (
         f"# elasticdl-nb --dry-run: the objects of job {name!r} in namespace "
-        f"{spec.namespace!r}.\n# The first four are created from the notebook; the master "
-        "creates the others (and their replacements).\n"
+        f"{spec.namespace!r}.\n# The first four are created from the notebook (the Job then "
+        "makes the master's pod); the master creates the others (and their replacements).\n"
     )
     return header + yaml.safe_dump_all(job_manifests(spec, name, job_dir), sort_keys=False)

@@ -1,71 +1,78 @@
 """Finding Kubernetes jobs by label, for `attach` and `jobs` from a notebook other than
-the one that started them: the master pod says the job exists, its Secret holds the token,
-its Service the address, its ConfigMap the spec (for the shared volume)."""
+the one that started them: the master's Job says the job exists (its current master pod
+whether it runs), its Secret holds the token, its Service the address, its ConfigMap the
+spec (for the shared volume)."""
 
 from __future__ import annotations
 
 import base64
-from datetime import datetime
 from pathlib import Path
 
 from elasticdl_nb.backends import job_records
 from elasticdl_nb.backends.backend import FoundJob
 from elasticdl_nb.backends.kubernetes import manifests as m
-from elasticdl_nb.backends.kubernetes.api import call, client_for
+from elasticdl_nb.backends.kubernetes.api import call, client_for, created
 from elasticdl_nb.backends.kubernetes.backend import KubernetesBackend
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.vocabulary import JobState
 
-# What a job whose master pod is in this phase is (the pod's phase says no more than that).
+# What a job whose master pod is in this phase is (the pod's phase says no more than
+# that); a job whose Job has not finished but has no master pod now is getting a new one.
 _STATE_OF_PHASE = {"Pending": JobState.STARTING, "Running": JobState.RUNNING}
 
 
-def _core(kubeconfig: str):
+def _clients(kubeconfig: str):
     from kubernetes import client
 
-    return client.CoreV1Api(client_for(kubeconfig))
+    api_client = client_for(kubeconfig)
+    return client.CoreV1Api(api_client), client.BatchV1Api(api_client)
 
 
 def list_jobs(namespace: str, kubeconfig: str = "") -> list[FoundJob]:
-    """Every job in the namespace, as its master pod says."""
+    """Every job in the namespace: its master's Job, and its newest master pod."""
+    core, batch = _clients(kubeconfig)
     selector = f"{m.LABEL_ROLE}=master"
-    pods = call(
-        f"list jobs in namespace {namespace!r}",
-        _core(kubeconfig).list_namespaced_pod,
-        namespace,
-        label_selector=selector,
+    where = f"list jobs in namespace {namespace!r}"
+    jobs = call(where, batch.list_namespaced_job, namespace, label_selector=selector)
+    pods = call(where, core.list_namespaced_pod, namespace, label_selector=selector)
+    newest: dict[str, dict] = {}
+    for pod in sorted(pods.get("items", []), key=created):
+        newest[pod["metadata"]["labels"].get(m.LABEL_JOB, "")] = pod
+    found = []
+    for job in jobs.get("items", []):
+        name = job["metadata"]["labels"][m.LABEL_JOB]
+        if _finished(job):
+            state = JobState.ENDED
+        else:
+            phase = ((newest.get(name) or {}).get("status") or {}).get("phase")
+            state = _STATE_OF_PHASE.get(
+                phase, JobState.STARTING if phase is None else JobState.ENDED
+            )
+        stamp = created(job)
+        found.append(FoundJob(name, KubernetesBackend.name, state, stamp or None))
+    return found
+
+
+def _finished(job: dict) -> bool:
+    """Whether the Job completed (its master recorded the end) or failed."""
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
     )
-    return [
-        FoundJob(
-            name=pod["metadata"]["labels"][m.LABEL_JOB],
-            backend=KubernetesBackend.name,
-            state=_STATE_OF_PHASE.get((pod.get("status") or {}).get("phase"), JobState.ENDED),
-            created=_seconds(pod["metadata"].get("creationTimestamp")),
-        )
-        for pod in pods.get("items", [])
-    ]
-
-
-def _seconds(timestamp: str | None) -> float | None:
-    """An RFC 3339 time, as Kubernetes writes them, in Unix seconds."""
-    try:
-        return datetime.fromisoformat(timestamp).timestamp() if timestamp else None
-    except ValueError:
-        return None
 
 
 def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.JobRecord | None:
     """A local record of the cluster's job `name` (made now, so `Job` can reach it), or
     None if the namespace has no such job."""
-    core = _core(kubeconfig)
-    pod = call(
-        f"read pod {m.master_name(name)}",
-        core.read_namespaced_pod,
+    core, batch = _clients(kubeconfig)
+    job = call(
+        f"read Job {m.master_name(name)}",
+        batch.read_namespaced_job,
         m.master_name(name),
         namespace,
         allow=(404,),
     )
-    if pod is None or (pod["metadata"].get("labels") or {}).get(m.LABEL_JOB) != name:
+    if job is None or (job["metadata"].get("labels") or {}).get(m.LABEL_JOB) != name:
         return None
     secret = call(f"read Secret {m.secret_name(name)}", core.read_namespaced_secret,
                   m.secret_name(name), namespace)  # fmt: skip

@@ -4,7 +4,11 @@ happens to them reported back as normalized instance events.
 The same `InstanceLauncher` the local backend implements, so the elastic policy
 (runtime/master/instances.py) is the same on both. A PS is relaunched under its old
 name (its Service, and so its address, stays); its ended pod is removed first. Every
-object is owned by the master pod: deleting the master pod deletes the job.
+object is owned by the master's Job: deleting the Job deletes the job.
+
+A master that takes over from one that died (`adopt`) lists the job's worker and PS pods,
+reports each one's state as the watch would, takes the memory an OOM had raised from the
+newest pod of each role, and only then starts the watch, from that list's version.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from elasticdl_nb.backends.kubernetes import manifests as m
-from elasticdl_nb.backends.kubernetes.api import KubernetesError, call
+from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, created
 from elasticdl_nb.backends.kubernetes.pod_events import instance_event
 from elasticdl_nb.backends.kubernetes.pod_watch import PodWatch
 from elasticdl_nb.runtime.master.site import EventSink, InstanceEvent
@@ -37,16 +42,21 @@ class PodLauncher:
         spec: JobSpec,
         name: str,
         api,
-        master_uid: str,
+        owner: dict[str, Any],
         on_event: EventSink,
         addresses: m.Addresses,
+        first_use: Callable[[], None] | None = None,
     ):
+        """`owner`: the owner reference of every pod it makes (the master's Job).
+        `first_use`: called once, by the first `launch` or `adopt` (from the master's
+        main thread, once the runtime has set its signal handlers)."""
         self.spec, self.name, self.api = spec, name, api
         self.addresses = addresses
         self.memory: dict[str, str] = {}  # role -> memory of its next pods, after an OOM
         self.namespace = spec.namespace
-        self.owner = m.owner_reference(m.master_name(name), master_uid)
+        self.owner = owner
         self.on_event = on_event
+        self._first_use = first_use
         self._lock = threading.Lock()
         self._uids: dict[str, str] = {}  # pod name -> uid of the incarnation we made
         self._reported: dict[str, tuple] = {}  # pod name -> last event reported
@@ -54,13 +64,20 @@ class PodLauncher:
         self._events_forbidden = False  # the master Role cannot list events
         self.watch = PodWatch(api, self.namespace, f"{m.LABEL_JOB}={name}", self._on_pod)
 
-    def start(self) -> PodLauncher:
-        self.watch.start()
-        return self
+    def _begin(self, version: str | None = None) -> None:
+        """Start watching (from `version`, else from a fresh list), once."""
+        with self._lock:
+            if self.watch.started:
+                return
+            first_use, self._first_use = self._first_use, None
+            self.watch.start(version)
+        if first_use is not None:
+            first_use()
 
     # ------------------------------------------------------------------ InstanceLauncher
 
     def launch(self, role: str, instance_id: int) -> None:
+        self._begin()
         make = m.ps_pod if role == "ps" else m.worker_pod  # a PS's Service stays: master_site
         body = make(
             self.spec, self.name, instance_id, self.owner, self.addresses, self.memory.get(role)
@@ -94,6 +111,51 @@ class PodLauncher:
             return None
         self.memory[role] = bytes_quantity(grown)
         return f"{bytes_quantity(current)} -> {self.memory[role]}"
+
+    def adopt(self) -> set[tuple[str, int]]:
+        """The worker and PS pods of the job that are the Job's (an earlier master made
+        them): each one's state goes to the sink now, from this thread, as the watch
+        would report it; the watch then follows from this list's version. The memory of
+        each role's next pods is that of its newest pod (raised after an OOM)."""
+        if self.watch.started:
+            raise RuntimeError("adopt() comes before any launch")
+        pods, version = self.watch.list_pods()
+        ours = [p for p in pods if self._is_ours(p)]
+        ours.sort(key=lambda p: (created(p), _index(p)))  # (seconds: a worker's index breaks ties)
+        for pod in ours:
+            meta = pod["metadata"]
+            with self._lock:
+                self._uids[meta["name"]] = meta["uid"]
+            self._remember_memory(pod)
+        for pod in ours:
+            self._on_pod(pod, False)
+        self._begin(version)
+        return {(p["metadata"]["labels"][m.LABEL_ROLE], _index(p)) for p in ours}
+
+    def _is_ours(self, pod: dict[str, Any]) -> bool:
+        """A worker or PS pod of this job owned by the master's Job."""
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        owners = meta.get("ownerReferences") or []
+        return (
+            labels.get(m.LABEL_ROLE) in ("worker", "ps")
+            and m.LABEL_INDEX in labels
+            and any(o.get("uid") == self.owner["uid"] for o in owners)
+        )
+
+    def _remember_memory(self, pod: dict[str, Any]) -> None:
+        """The memory limit of `pod` (pods come newest last) is what its role's next
+        pods get, where it differs from the spec's: an earlier master raised it."""
+        role = pod["metadata"]["labels"][m.LABEL_ROLE]
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        limit = ((containers[0].get("resources") or {}).get("limits") or {}).get("memory")
+        asked = parse_resources("resources", getattr(self.spec, f"{role}_resources"))
+        if not limit or "memory" not in asked:
+            return
+        if quantity_bytes(limit) != quantity_bytes(asked["memory"]):
+            self.memory[role] = limit
+        else:
+            self.memory.pop(role, None)
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None:
         self._delete_pod(m.pod_name(self.name, role, instance_id), grace=0 if force else None)
@@ -219,3 +281,7 @@ class PodLauncher:
             f"pod {pod_name} is still there {OLD_POD_GONE_SECONDS:.0f} s after being "
             "deleted; it cannot be relaunched under its name"
         )
+
+
+def _index(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["labels"][m.LABEL_INDEX])

@@ -1,10 +1,12 @@
 """Every Kubernetes object of a job, as plain dicts, from its JobSpec.
 
-The notebook creates four: the model bundle's ConfigMap, the token's Secret, the master
-pod and the master's Service. The master creates the rest: a pod per worker and PS and a
-Service per PS (a relaunched PS keeps its address), all owned by the master pod, so
-deleting the master pod deletes the job. Labels say job, role and index; `attach` finds
-jobs by them.
+The notebook creates four: the master's Job (a `batch/v1` Job whose one pod is the
+master), the master's Service, the model bundle's ConfigMap and the token's Secret. The
+master creates the rest: a pod per worker and PS and a Service per PS (a relaunched PS
+keeps its address). Everything is owned by the Job, which outlives any master pod: the
+kubelet restarts a master container that dies in its pod, the Job controller makes a new
+master pod when one is deleted or evicted, and deleting the Job deletes the whole job.
+Labels say job, role and index; `attach` finds jobs by them.
 
 Pure functions: no API calls here, so `--dry-run` prints exactly what would be created.
 """
@@ -38,6 +40,10 @@ JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
 BUNDLE_MOUNT = "/etc/elasticdl-nb/job"  # the ConfigMap: spec, sources, model bundle
 TOKEN_KEY = "token"
 RUNTIME_GID = 1000  # the runtime image's user and group (deploy/Dockerfile)
+# How often the master may fail before its Job gives up (the local supervisor's 20
+# restarts); a deleted or evicted master pod is not counted.
+MASTER_BACKOFF_LIMIT = 20
+POD_NAME_ENV = "ELASTICDL_NB_POD_NAME"  # the master's own pod (downward API): its owner
 
 
 def labels(name: str, role: str | None = None, index: int | None = None) -> dict[str, str]:
@@ -60,23 +66,29 @@ def _meta(spec: JobSpec, name: str, obj_name: str, owner: dict | None = None, **
     return meta
 
 
-def owner_reference(master_pod_name: str, uid: str) -> dict[str, Any]:
-    """Makes an object part of the master pod: the garbage collector deletes it with it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": master_pod_name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+def owner_reference(job_name: str, uid: str) -> dict[str, Any]:
+    """Makes an object part of the master's Job: the garbage collector deletes it with it.
+
+    Not a controller reference: the Job controller counts the pods it controls as its
+    own replicas (and releases those its selector does not match), and the job's worker
+    and PS pods are the master's, not the Job's. No `blockOwnerDeletion` either: it would
+    take `update` on jobs/finalizers where the OwnerReferencesPermissionEnforcement
+    admission plugin runs, and only a foreground deletion waits for it."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": uid}
 
 
 # ---------------------------------------------------------------- names
 
 
 def master_name(name: str) -> str:
+    """The master's Job and Service (its pods get generated names: `<this>-<5 chars>`)."""
     return f"{name}-master"
+
+
+def master_selector(name: str) -> str:
+    """The label selector of a job's master pods (one at a time, but a replaced one may
+    linger while it terminates)."""
+    return f"{LABEL_JOB}={name},{LABEL_ROLE}=master"
 
 
 def pod_name(name: str, role: str, index: int) -> str:
@@ -160,10 +172,39 @@ def token_secret(spec: JobSpec, name: str, token: str) -> dict[str, Any]:
     }
 
 
+def master_job(spec: JobSpec, name: str, paths: list[str]) -> dict[str, Any]:
+    """The master's Job: one pod (`master_pod`) that must end well once. A master
+    container that fails (crash, SIGKILL, OOM) is restarted in its pod by the kubelet and
+    finds its journal in the job directory; a master pod that is deleted or evicted is
+    replaced by the Job controller. The master exits with 0 only once it has recorded the
+    job's end, whatever that end is: the Job completes then."""
+    pod = master_pod(spec, name, paths)
+    template_meta = {k: v for k, v in pod["metadata"].items() if k not in ("name", "namespace")}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(spec, name, master_name(name), role="master"),
+        "spec": {
+            "completions": 1,
+            "parallelism": 1,
+            "backoffLimit": MASTER_BACKOFF_LIMIT,
+            "template": {"metadata": template_meta, "spec": pod["spec"]},
+        },
+    }
+
+
 def master_pod(spec: JobSpec, name: str, paths: list[str]) -> dict[str, Any]:
+    """The master's pod, as its Job's template makes it (the notebook also asks the API
+    server to admit it, in a dry run, before it creates anything)."""
     command = ["python", "-m", MASTER_MODULE, "--job-dir", _job_dir(name)]
     command += ["--copy-from", BUNDLE_MOUNT]  # the ConfigMap's files, into the job dir
-    pod = _pod(spec, name, "master", None, command, spec.master_resources, [MASTER_PORT], [])
+    own_name = {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    pod = _pod(
+        spec, name, "master", None, command, spec.master_resources, [MASTER_PORT], [own_name]
+    )
+    # The kubelet restarts a master that fails in place (its Job's pods may not be
+    # `Never`); it exits with 0 once the job's end is recorded.
+    pod["spec"]["restartPolicy"] = "OnFailure"
     pod["spec"]["serviceAccountName"] = spec.service_account
     # Ready once its gRPC port accepts: until then its Service has no endpoint and
     # clients wait for readiness instead of meeting a refused connection.

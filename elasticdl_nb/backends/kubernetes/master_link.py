@@ -1,10 +1,14 @@
 """How the notebook reaches a Kubernetes job's master.
 
-Whether the master runs is its pod's phase. Where it is reached: inside the cluster, at
-its Service's DNS name; outside, at the Service's cluster IP if this machine routes the
-service range (a node, a local test cluster), else through a port-forward to the pod via
-the API server. The job's files are read where the notebook sees the shared volume;
-where it does not, the final state still comes from the master pod's termination message.
+The master runs in the pod of the job's Job; that pod may be replaced (deleted, evicted),
+and a replacement has another name, so the master's pod is found by its labels: the
+newest one not being deleted. Whether the master runs is that pod's phase and readiness.
+Where it is reached: inside the cluster, at its Service's DNS name; outside, at the
+Service's cluster IP if this machine routes the service range (a node, a local test
+cluster), else through a port-forward via the API server to whichever pod is the master
+when a connection opens. The Service selects the master by labels, so its address stays.
+The job's files are read where the notebook sees the shared volume; where it does not,
+the final state still comes from the master pod's termination message.
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ from pathlib import Path
 
 from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.backends.kubernetes import manifests as m
-from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for, explain
+from elasticdl_nb.backends.kubernetes.api import (
+    KubernetesError,
+    call,
+    client_for,
+    created,
+    explain,
+)
 from elasticdl_nb.runtime.job_dir import JobDir, read_json
 
 POD_CACHE_SECONDS = 0.5  # status polls come often; the API server need not see each
@@ -28,17 +38,29 @@ class KubernetesMasterLink:
         self.record = record
         self.namespace: str = record.where["namespace"]
         self._api = None
+        self._batch = None
         self._pod: tuple[float, dict | None] = (0.0, None)
+        self._job: tuple[float, dict | None] = (0.0, None)
         self._route: str | None = None  # the master's address, as this machine reaches it
         self._forward = None  # a PortForward, when that is the route
 
     @property
     def api(self):
+        """The core API (pods, logs, port-forwards)."""
+        return self._clients()[0]
+
+    @property
+    def batch(self):
+        """The batch API (the master's Job)."""
+        return self._clients()[1]
+
+    def _clients(self):
         if self._api is None:
             from kubernetes import client
 
-            self._api = client.CoreV1Api(client_for(self.record.where.get("kubeconfig", "")))
-        return self._api
+            api_client = client_for(self.record.where.get("kubeconfig", ""))
+            self._api, self._batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+        return self._api, self._batch
 
     @property
     def files(self) -> Path:
@@ -46,21 +68,33 @@ class KubernetesMasterLink:
         return Path(local) if local else self.record.dir
 
     def master_pod(self) -> dict | None:
+        """The job's current master pod (None while there is none)."""
         read_at, pod = self._pod
+        if time.monotonic() - read_at > POD_CACHE_SECONDS:
+            try:
+                pod = current_master_pod(self.api, self.record.name, self.namespace)
+            except KubernetesError:
+                pod = self._pod[1]  # out of reach for a moment: what we knew last
+            self._pod = (time.monotonic(), pod)
+        return pod
+
+    def master_job(self) -> dict | None:
+        """The master's Job (None once it is gone)."""
+        read_at, job = self._job
         if time.monotonic() - read_at > POD_CACHE_SECONDS:
             name = m.master_name(self.record.name)
             try:
-                pod = call(
-                    f"read pod {name}",
-                    self.api.read_namespaced_pod,
+                job = call(
+                    f"read Job {name}",
+                    self.batch.read_namespaced_job,
                     name,
                     self.namespace,
                     allow=(404,),
                 )
             except KubernetesError:
-                pod = self._pod[1]  # out of reach for a moment: what we knew last
-            self._pod = (time.monotonic(), pod)
-        return pod
+                job = self._job[1]
+            self._job = (time.monotonic(), job)
+        return job
 
     def address(self) -> str | None:
         """The master's route once its pod is ready (its readiness probe: the gRPC port
@@ -81,12 +115,22 @@ class KubernetesMasterLink:
             elif _reachable(cluster_ip):
                 self._route = cluster_ip
             else:
+                from kubernetes import client
+
                 from elasticdl_nb.backends.kubernetes.port_forward import (
                     PortForward,
                     pod_stream_opener,
                 )
 
-                opener = pod_stream_opener(self.api, name, self.namespace, m.MASTER_PORT)
+                def master() -> str:
+                    pod = current_master_pod(self.api, self.record.name, self.namespace)
+                    if pod is None:
+                        raise KubernetesError(f"job {self.record.name!r} has no master pod now")
+                    return pod["metadata"]["name"]
+
+                # A client of its own: see pod_stream_opener.
+                streams = client.CoreV1Api(client_for(self.record.where.get("kubeconfig", "")))
+                opener = pod_stream_opener(streams, master, self.namespace, m.MASTER_PORT)
                 self._forward = PortForward(opener)
                 self._route = self._forward.address
         return self._route
@@ -112,54 +156,82 @@ class KubernetesMasterLink:
             return state
         pod = self.master_pod()  # its termination message is the same JSON
         statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
-        message = ((statuses[0].get("state") or {}).get("terminated") or {}).get("message")
+        # (lastState: a master that recorded the end and failed, before its restart
+        # finds the end recorded and exits.)
+        message = next(
+            (
+                ended["message"]
+                for when in ("state", "lastState")
+                if (ended := (statuses[0].get(when) or {}).get("terminated") or {}).get("message")
+            ),
+            None,
+        )
         try:
             return json.loads(message) if message else None
         except ValueError:
             return None
 
     def lost_reason(self) -> str:
-        """Why the job is gone without an end state ('' unless it is)."""
-        pod = self.master_pod()
+        """Why the job is gone without an end state ('' unless it is): its Job deleted,
+        or failed (the master failed more often than the Job's backoffLimit)."""
+        job = self.master_job()
         name = m.master_name(self.record.name)
-        if pod is None:
+        if job is None:
             return (
-                f"its master pod {name} is gone (deleted?) without an end state; the "
-                "job's other objects went with it"
+                f"its Job {name} is gone (deleted?) without an end state; the job's other "
+                "objects went with it"
             )
-        if (pod.get("status") or {}).get("phase") == "Failed":
-            return (
-                f"its master pod {name} failed without an end state; see "
-                f"`kubectl logs -n {self.namespace} {name}`"
-            )
+        for condition in (job.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Failed" and condition.get("status") == "True":
+                why = condition.get("message") or condition.get("reason") or "failed"
+                return (
+                    f"its master's Job {name} failed without an end state ({why}); see "
+                    f"`kubectl logs -n {self.namespace} -l {m.master_selector(self.record.name)}`"
+                    " --previous"
+                )
         return ""
 
     def kill(self, grace_seconds: float = 10.0) -> None:
-        """Delete the master pod: the garbage collector takes every object it owns. A
+        """Delete the master's Job: the garbage collector takes every object it owns,
+        pods included. Its master pod is deleted as well, with `grace_seconds` to stop
+        (its Job being deleted, it stops the job) rather than the pod's own default. A
         master that never ran (its image cannot be pulled, it cannot be scheduled) has
         nothing to end gracefully, and a kubelet busy pulling would keep the pod a while:
         it goes at once."""
-        name = m.master_name(self.record.name)
-        phase = ((self.master_pod() or {}).get("status") or {}).get("phase")
-        if phase == "Pending":
+        from elasticdl_nb.backends.kubernetes.submit import delete_job
+
+        pod = self.master_pod()
+        if ((pod or {}).get("status") or {}).get("phase") == "Pending":
             grace_seconds = 0
-        call(
-            f"delete pod {name}",
-            self.api.delete_namespaced_pod,
-            name,
+        delete_job(self.batch, self.record.name, self.namespace)
+        pods = call(
+            "list the job's master pods",
+            self.api.list_namespaced_pod,
             self.namespace,
-            grace_period_seconds=int(grace_seconds),
-            allow=(404,),
+            label_selector=m.master_selector(self.record.name),
         )
+        for item in pods.get("items", []):
+            pod_name = item["metadata"]["name"]
+            call(
+                f"delete pod {pod_name}",
+                self.api.delete_namespaced_pod,
+                pod_name,
+                self.namespace,
+                grace_period_seconds=int(grace_seconds),
+                allow=(404,),
+            )
+        self._pod = self._job = (0.0, None)
 
     def read_log(self, role: str, index: int, tail: int | None = None) -> str | None:
         """The container's log through the API server (`pods/log`): where the notebook
         does not see the shared volume. None once the pod is gone."""
-        name = (
-            m.master_name(self.record.name)
-            if role == "master"
-            else m.pod_name(self.record.name, role, index)
-        )
+        if role == "master":
+            pod = self.master_pod()
+            if pod is None:
+                return None
+            name = pod["metadata"]["name"]
+        else:
+            name = m.pod_name(self.record.name, role, index)
         extra = {"tail_lines": tail} if tail else {}
         from kubernetes.client.rest import ApiException
 
@@ -172,6 +244,21 @@ class KubernetesMasterLink:
                 return None
             raise KubernetesError(explain(f"read the log of pod {name}", exc)) from None
         return response.data.decode(errors="replace")
+
+
+def current_master_pod(api, name: str, namespace: str) -> dict | None:
+    """The master pod of job `name` that counts now: the newest not being deleted, else
+    the newest (None when there is none)."""
+    pods = call(
+        f"list the master pods of job {name!r}",
+        api.list_namespaced_pod,
+        namespace,
+        label_selector=m.master_selector(name),
+    )
+    items = pods.get("items", [])
+    if not items:
+        return None
+    return max(items, key=lambda p: (not p["metadata"].get("deletionTimestamp"), created(p)))
 
 
 def _reachable(address: str, timeout: float = 1.0) -> bool:

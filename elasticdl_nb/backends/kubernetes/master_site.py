@@ -1,44 +1,80 @@
 """Where a Kubernetes job's master stands: what it learns about itself at start.
 
-Its own pod's uid (every object it creates is owned by that pod, so deleting the master
-pod deletes the job), its address (its Service's cluster IP, which the notebook created),
-and the address of each PS: a Service per PS, made before any pod, so each PS serves at
-a fixed address (workers ask the master for it, as they do locally) and a relaunched PS
-comes back at the same one. Cluster IPs,
+Its owner, the master's Job (its own pod's controller: every object it creates is owned
+by the Job, so deleting the Job deletes the job and nothing else does), its address (its
+Service's cluster IP, which the notebook created), and the address of each PS: a Service
+per PS, made before any pod, so each PS serves at a fixed address (workers ask the master
+for it, as they do locally) and a relaunched PS comes back at the same one. Cluster IPs,
 not DNS names: the job works without cluster DNS, and a relaunched PS is reachable at
 once (no DNS cache to go stale).
+
+A master may be the job's first, or one that takes over from a master that died: the
+kubelet restarted its container in the same pod, or the Job made a new pod. It takes
+over from the journal in the job directory (the runtime's `recovery.py`). Before that:
+- it waits until no earlier master pod of the job still runs (a deleted pod's master
+  may take its grace period to go): one master writes the journal at a time;
+- a job directory that already holds the final state means the job is over: the
+  master exits at once with 0 (the kubelet restarted one that failed after recording
+  the end), and the Job completes;
+- a job directory without a journal while worker or PS pods of the job exist means the
+  journal of the master before is out of reach (it was in the replaced pod's own
+  volume, or on another node's hostPath): starting over beside those pods would train
+  twice, so the job fails and its pods are ended.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from pathlib import Path
 
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
 from elasticdl_nb.backends.kubernetes.launcher import PodLauncher
+from elasticdl_nb.backends.kubernetes.master_signals import take_over_sigterm
+from elasticdl_nb.runtime.job_dir import JobDir, read_json
 from elasticdl_nb.runtime.master.site import EventSink
 from elasticdl_nb.runtime.protocol.channels import listen
 from elasticdl_nb.spec import JobSpec
 
+log = logging.getLogger("elasticdl_nb.master")
+
 # Kubernetes shows this file's content as the pod's termination message (4 KB at most):
 # the final state reaches the notebook even where it cannot read the shared volume.
 TERMINATION_LOG = Path("/dev/termination-log")
+# Beyond an earlier master pod's grace period: for its kubelet to report its end.
+EARLIER_MASTER_SLACK_SECONDS = 15.0
 
 
 class KubernetesSite:
-    def __init__(self, spec: JobSpec, name: str):
-        self.spec, self.name = spec, name
+    def __init__(
+        self, spec: JobSpec, name: str, job_dir: Path, api_client=None, pod_name: str = ""
+    ):
+        """`api_client` and `pod_name`: the pod's service account and the pod's own name
+        (downward API) unless given (tests)."""
+        self.spec, self.name, self.job_dir = spec, name, job_dir
+        self._api_client, self._pod_name = api_client, pod_name
 
     def open(self) -> None:
         from kubernetes import client
 
         # In the pod: its service account (the spec's kubeconfig is the notebook's).
-        self.api = client.CoreV1Api(client_for(in_cluster=True))
+        api_client = self._api_client or client_for(in_cluster=True)
+        self.api, self.batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
         spec, name = self.spec, self.name
-        ns, master = spec.namespace, m.master_name(name)
-        me = call(f"read the master's own pod {master}", self.api.read_namespaced_pod, master, ns)
-        self.owner = m.owner_reference(master, me["metadata"]["uid"])
+        files = JobDir(self.job_dir)
+        state = read_json(files.state)
+        if state is not None:  # restarted after the end was recorded: nothing to do
+            log.info("the job is over already (%s); this master exits", state.get("state"))
+            self.job_ended(state)
+            raise SystemExit(0)
+        me = self._own_pod()
+        self.owner = self._job_of(me)
+        self._wait_for_earlier_masters(me)
+        if not files.events.exists():
+            self._refuse_to_start_over()
         self.address = f"{self._cluster_ip(m.master_service(spec, name))}:{m.MASTER_PORT}"
         ps = [
             f"{self._cluster_ip(m.ps_service(spec, name, i, self.owner))}:{m.PS_PORT}"
@@ -60,10 +96,15 @@ class KubernetesSite:
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> PodLauncher:
         del env  # pods get theirs from their manifests
-        launcher = PodLauncher(
-            self.spec, self.name, self.api, self.owner["uid"], on_event, self.addresses
+        return PodLauncher(
+            self.spec,
+            self.name,
+            self.api,
+            self.owner,
+            on_event,
+            self.addresses,
+            first_use=lambda: take_over_sigterm(self.job_going),
         )
-        return launcher.start()
 
     def job_ended(self, status: dict) -> None:
         """The final status as the pod's termination message, where `kubectl` and the
@@ -75,6 +116,127 @@ class KubernetesSite:
             TERMINATION_LOG.write_text(text)
         except OSError:
             pass  # not in a pod that has one
+
+    def job_going(self) -> bool:
+        """Whether the master's Job is being deleted (so the job is being stopped), as
+        against this master pod alone going (deleted, evicted) while the Job stays and
+        makes a new one. Out of reach: not known to be going."""
+        try:
+            job = call(
+                f"read Job {self.owner['name']}",
+                self.batch.read_namespaced_job,
+                self.owner["name"],
+                self.spec.namespace,
+                allow=(404,),
+            )
+        except KubernetesError as exc:
+            log.warning("cannot tell whether the job is being deleted: %s", exc)
+            return False
+        if job is None or job["metadata"].get("uid") != self.owner["uid"]:
+            return True
+        return bool(job["metadata"].get("deletionTimestamp"))
+
+    # ------------------------------------------------------------------ taking over
+
+    def _own_pod(self) -> dict:
+        pod_name = self._pod_name or os.environ.get(m.POD_NAME_ENV) or ""
+        if not pod_name:
+            raise KubernetesError(
+                f"{m.POD_NAME_ENV} is not set: a master runs in the pod of its Job, whose "
+                "template sets it (manifests.master_pod)."
+            )
+        return call(
+            f"read the master's own pod {pod_name}",
+            self.api.read_namespaced_pod,
+            pod_name,
+            self.spec.namespace,
+        )
+
+    def _job_of(self, pod: dict) -> dict:
+        """The owner reference to the Job that controls `pod`."""
+        for ref in pod["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and ref.get("controller"):
+                return m.owner_reference(ref["name"], ref["uid"])
+        raise KubernetesError(
+            f"the master's pod {pod['metadata']['name']} is not a Job's: a job's master "
+            f"runs in the pod of its Job {m.master_name(self.name)}, which owns every "
+            "object of the job."
+        )
+
+    def _wait_for_earlier_masters(self, me: dict) -> None:
+        """Until no other master pod of the job has a running container (a deleted
+        pod's master is told to go, but has its grace period): two masters must never
+        write the journal at once. After the earlier pod's grace period (and some
+        slack for its kubelet to say so), it is taken for gone."""
+        waited_since = time.monotonic()
+        while True:
+            pods = call(
+                "list the job's master pods",
+                self.api.list_namespaced_pod,
+                self.spec.namespace,
+                label_selector=m.master_selector(self.name),
+            )
+            running = [
+                p
+                for p in pods.get("items", [])
+                if p["metadata"]["uid"] != me["metadata"]["uid"] and _runs(p)
+            ]
+            if not running:
+                return
+            grace = max((p["metadata"].get("deletionGracePeriodSeconds") or 30) for p in running)
+            if time.monotonic() - waited_since > grace + EARLIER_MASTER_SLACK_SECONDS:
+                names = ", ".join(p["metadata"]["name"] for p in running)
+                log.warning("master pods %s still show a running container; going on", names)
+                return
+            log.info("waiting for the earlier master pod to end")
+            time.sleep(0.5)
+
+    def _refuse_to_start_over(self) -> None:
+        """No journal here: the job is new, unless pods of it exist already. Then an
+        earlier master ran, and its journal is out of this master's reach: end the pods
+        and fail the job rather than train it again beside them."""
+        pods = call(
+            "list the job's pods",
+            self.api.list_namespaced_pod,
+            self.spec.namespace,
+            label_selector=f"{m.LABEL_JOB}={self.name},{m.LABEL_ROLE} in (worker,ps)",
+        )
+        ours = [
+            p["metadata"]["name"]
+            for p in pods.get("items", [])
+            if any(
+                o.get("uid") == self.owner["uid"]
+                for o in p["metadata"].get("ownerReferences") or []
+            )
+        ]
+        if not ours:
+            return
+        for pod_name in ours:
+            call(
+                f"delete pod {pod_name}",
+                self.api.delete_namespaced_pod,
+                pod_name,
+                self.spec.namespace,
+                allow=(404,),
+            )
+        journal = JobDir(self.job_dir).events
+        if not self.spec.shared_volume:
+            raise KubernetesError(
+                "the master pod was replaced and its journal was in the pod (no shared "
+                "volume): a new master cannot take the job over, and would train it again "
+                f"beside the pods that ran on ({', '.join(sorted(ours))}, now ended). Give "
+                "shared_volume='pvc:CLAIM' (or 'hostPath:/dir' on a one-node cluster) for "
+                "a job that survives the loss of its master pod."
+            )
+        raise KubernetesError(
+            "an earlier master of this job ran, and the pods it started ran on "
+            f"({', '.join(sorted(ours))}, now ended), but its journal {journal} is not on "
+            f"the shared volume {self.spec.shared_volume!r} as this master pod sees it: a "
+            "hostPath volume is one node's, and this pod may run on another node, or the "
+            "job directory was removed. The job cannot be taken over; starting it again "
+            "beside those pods would train twice. Fix: a shared volume every node mounts "
+            "alike (shared_volume='pvc:CLAIM', ReadWriteMany)."
+        )
 
     def _cluster_ip(self, service: dict) -> str:
         """The cluster IP of `service`, created if it is not there yet."""
@@ -93,3 +255,9 @@ class KubernetesSite:
         if not ip or ip == "None":
             raise KubernetesError(f"Service {obj_name} has no cluster IP; the job needs one.")
         return ip
+
+
+def _runs(pod: dict) -> bool:
+    """Whether a container of `pod` runs, as its kubelet last said."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any("running" in (s.get("state") or {}) for s in statuses)

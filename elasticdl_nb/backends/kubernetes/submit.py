@@ -1,10 +1,13 @@
-"""Start a Kubernetes job from the notebook: its master pod, Service, ConfigMap and Secret.
+"""Start a Kubernetes job from the notebook: its master's Job, Service, ConfigMap and Secret.
 
-The master pod comes first, and the other three are owned by it, so deleting the master
-pod deletes the whole job (the pod waits for its ConfigMap and Secret, as every pod does
-for the volumes and variables it names). All or nothing: if the server refuses an
-object, the master pod is deleted again and takes what was made with it. The checks
-that need no server (the files fit a ConfigMap, a shared volume is named) come first.
+The Job comes first, and the other three are owned by it, so deleting the Job deletes the
+whole job (its pod waits for the ConfigMap and Secret, as every pod does for the volumes
+and variables it names). All or nothing: if the server refuses an object, the Job is
+deleted again and takes what was made with it. The checks that need no server (the
+files fit a ConfigMap, a shared volume is named) come first; then the API server admits
+the master pod in a dry run, because the Job controller makes the pod later, where a
+refusal (a missing service account or priority class, a full quota) would be no more
+than an event on the Job.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ CONFIGMAP_LIMIT = 1024 * 1024
 
 
 def job_objects(spec: JobSpec, name: str, job_dir: Path, token: str) -> list[dict[str, Any]]:
-    """The four objects, master pod first."""
+    """The four objects, the master's Job first."""
     files = m.bundle_files(spec, name, job_dir)
     size = sum(len(v) for v in files.values())
     if size > CONFIGMAP_LIMIT:
@@ -36,7 +39,7 @@ def job_objects(spec: JobSpec, name: str, job_dir: Path, token: str) -> list[dic
             "shared volume (model_zoo=)."
         )
     return [
-        m.master_pod(spec, name, list(files)),
+        m.master_job(spec, name, list(files)),
         m.master_service(spec, name),
         m.bundle_configmap(spec, name, files),
         m.token_secret(spec, name, token),
@@ -44,8 +47,8 @@ def job_objects(spec: JobSpec, name: str, job_dir: Path, token: str) -> list[dic
 
 
 def submit(spec: JobSpec, name: str, job_dir: Path, token: str, api_client=None) -> dict[str, dict]:
-    """Create the job's objects; returns what the server made, by kind ('Pod': the
-    master pod, 'Service': its Service, ...)."""
+    """Create the job's objects; returns what the server made, by kind ('Job': the
+    master's Job, 'Service': its Service, ...)."""
     from kubernetes import client
 
     if not spec.shared_volume:
@@ -54,42 +57,60 @@ def submit(spec: JobSpec, name: str, job_dir: Path, token: str, api_client=None)
             "checkpoints, journal and exported model must outlive any one pod."
         )
     objects = job_objects(spec, name, job_dir, token)
-    api = client.CoreV1Api(api_client or client_for(spec.kubeconfig))
+    api_client = api_client or client_for(spec.kubeconfig)
+    api, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    template = objects[0]["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": m.master_name(name)},
+        "spec": template["spec"],
+    }
+    call(
+        f"create Pod {pod['metadata']['name']} in namespace {spec.namespace!r}",
+        api.create_namespaced_pod,
+        spec.namespace,
+        pod,
+        dry_run="All",  # admission only: the Job controller makes the real one
+    )
     create = {
+        "Job": batch.create_namespaced_job,
         "ConfigMap": api.create_namespaced_config_map,
         "Secret": api.create_namespaced_secret,
-        "Pod": api.create_namespaced_pod,
         "Service": api.create_namespaced_service,
     }
     made: dict[str, dict] = {}
     for obj in objects:
         kind, obj_name = obj["kind"], obj["metadata"]["name"]
-        if "Pod" in made:
-            uid = made["Pod"]["metadata"]["uid"]
+        if "Job" in made:
+            uid = made["Job"]["metadata"]["uid"]
             obj["metadata"]["ownerReferences"] = [m.owner_reference(m.master_name(name), uid)]
         what = f"create {kind} {obj_name} in namespace {spec.namespace!r}"
         try:
             made[kind] = call(what, create[kind], spec.namespace, obj)
         except KubernetesError:
-            if "Pod" in made:  # the rest goes with it (garbage collection)
-                _delete_quietly(api, m.master_name(name), spec.namespace)
+            if "Job" in made:  # the rest goes with it (garbage collection)
+                delete_job(batch, name, spec.namespace, quietly=True)
             raise
     return made
 
 
-def _delete_quietly(api, pod_name: str, namespace: str) -> None:
+def delete_job(batch, name: str, namespace: str, quietly: bool = False) -> None:
+    """Delete the master's Job of job `name`, and so (garbage collection) every object
+    of the job. `Background`: the API's default for a batch/v1 Job is to orphan its
+    pods, which would leave the master running."""
     try:
-        what = f"delete pod {pod_name}"
         call(
-            what,
-            api.delete_namespaced_pod,
-            pod_name,
+            f"delete Job {m.master_name(name)}",
+            batch.delete_namespaced_job,
+            m.master_name(name),
             namespace,
-            grace_period_seconds=0,
+            propagation_policy="Background",
             allow=(404,),
         )
     except KubernetesError:
-        pass  # the first error is the one to report
+        if not quietly:
+            raise  # (quietly: the first error is the one to report)
 
 
 def start_job(spec: JobSpec, record: JobRecord) -> None:
