@@ -11,7 +11,8 @@ from elasticdl_nb.vocabulary import JobState
 
 def job_summary(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
     """Name, backend, state, creation time (Unix seconds), progress (with `fraction` done,
-    0..1), worker and PS counts."""
+    0..1), worker and PS counts, the master's goodput (None before the first minibatch)
+    and how many times its master was replaced (`master_restarts`)."""
     status = job.status() if status is None else status
     state = status.get("state", "unknown")
     per_epoch = status.get("records_per_epoch") or 0
@@ -35,6 +36,8 @@ def job_summary(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any
         "workers": {"live": status.get("workers", 0), "desired": status.get("desired_workers", 0)},
         "ps": status.get("ps", 0),
         "metrics": status.get("metrics") or {},
+        "goodput": status.get("goodput"),
+        "master_restarts": status.get("master_restarts") or 0,
         "remote": False,
     }
 

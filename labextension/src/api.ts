@@ -51,6 +51,13 @@ export interface IJobSummary {
   workers?: { live: number; desired: number };
   ps?: number;
   metrics?: Record<string, number>;
+  /**
+   * Worker time spent training over the worker time wanted, 0..1, as the master counts
+   * it (README, "Goodput"); null before the first minibatch.
+   */
+  goodput?: number | null;
+  /** How many times the job's master died and was replaced. */
+  master_restarts?: number;
   /** A Kubernetes job that only the namespace knows (another notebook started it). */
   remote?: boolean;
 }

@@ -1,6 +1,6 @@
 /**
- * One job in the sidebar: name, state, progress bar, live/desired workers, PS count
- * and age, with its controls (scale, logs, attach, stop).
+ * One job in the sidebar: name, state, progress bar, live/desired workers, PS count,
+ * age, goodput and master restarts, with its controls (scale, logs, attach, stop).
  *
  * A row is built once per job and updated in place at every refresh, so that a number
  * being typed into the workers field, or the keyboard focus, survives the refresh.
@@ -10,6 +10,7 @@
  *     li.edl-job[data-job-name][data-state]
  *       .edl-job-state[data-state]   .edl-progress[role=progressbar][aria-valuenow: 0..100]
  *       .edl-job-workers[data-live][data-desired]   .edl-job-ps   .edl-job-age
+ *       .edl-job-goodput[data-goodput: 0..1]   .edl-job-restarts[data-restarts]
  *       button[data-action=scale-down|scale-up|scale-apply|logs|attach|stop]
  *       input.edl-workers-input
  */
@@ -65,7 +66,19 @@ export class JobRow {
     this._workers.title = 'live / desired workers';
     this._ps = element('span', 'edl-job-ps');
     this._age = element('span', 'edl-job-age');
-    facts.append(this._epoch, this._workers, this._ps, this._age);
+    this._goodput = element('span', 'edl-job-goodput');
+    this._goodput.title =
+      'goodput: worker time spent training over the worker time wanted';
+    this._restarts = element('span', 'edl-job-restarts');
+    this._restarts.title = 'the job went on after its master died';
+    facts.append(
+      this._epoch,
+      this._workers,
+      this._ps,
+      this._age,
+      this._goodput,
+      this._restarts
+    );
 
     this._message = element('div', 'edl-job-message');
 
@@ -137,6 +150,19 @@ export class JobRow {
     this._age.title = job.created
       ? `started ${new Date(job.created * 1000).toLocaleString()}`
       : '';
+
+    const goodput = job.goodput;
+    const hasGoodput = typeof goodput === 'number';
+    this._goodput.hidden = !hasGoodput;
+    this._goodput.dataset.goodput = hasGoodput ? String(goodput) : '';
+    this._goodput.textContent = hasGoodput
+      ? `goodput ${formatPercent(goodput)}`
+      : '';
+    const restarts = job.master_restarts ?? 0;
+    this._restarts.hidden = restarts <= 0;
+    this._restarts.dataset.restarts = String(restarts);
+    this._restarts.textContent =
+      restarts > 0 ? `master restarted ${restarts}×` : '';
 
     const message = job.error || job.waiting || '';
     this._message.textContent = message;
@@ -241,6 +267,8 @@ export class JobRow {
   private readonly _workers: HTMLSpanElement;
   private readonly _ps: HTMLSpanElement;
   private readonly _age: HTMLSpanElement;
+  private readonly _goodput: HTMLSpanElement;
+  private readonly _restarts: HTMLSpanElement;
   private readonly _message: HTMLDivElement;
   private readonly _scaleGroup: HTMLSpanElement;
   private readonly _down: HTMLButtonElement;
@@ -250,6 +278,15 @@ export class JobRow {
   private readonly _logs: HTMLButtonElement;
   private readonly _attach: HTMLButtonElement;
   private readonly _stop: HTMLButtonElement;
+}
+
+/** "93 %", "99.6 %", "100 %": a share as a percentage, a decimal only where it shows. */
+export function formatPercent(share: number): string {
+  const percent = Math.max(0, Math.min(1, share)) * 100;
+  const rounded = Math.round(percent);
+  const text =
+    rounded === 100 && percent < 100 ? percent.toFixed(1) : String(rounded);
+  return `${text} %`;
 }
 
 /** "42s", "5m", "3h 20m", "2d": how long ago, to the unit that matters. */

@@ -1,7 +1,8 @@
 """The ElasticDL sidebar (labextension/) in a real JupyterLab, in a real headless Chromium:
 a notebook starts a job; the sidebar shows it with advancing progress, scales it to 3
-workers, opens its logs, inserts `%elasticdl attach NAME` into the notebook, stops it
-after the confirmation dialog, and rides out a server that stops answering.
+workers, shows its goodput and that its master was replaced (SIGKILLed), opens its logs,
+inserts `%elasticdl attach NAME` into the notebook, stops it after the confirmation
+dialog, and rides out a server that stops answering.
 
 The screenshots go to the test's directory; with ELASTICDL_NB_UPDATE_DOCS=1 they also
 replace docs/sidebar-running.png and docs/sidebar-stopped.png.
@@ -14,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -89,6 +91,16 @@ def _stop_if_running(lab, name: str) -> None:
         for job in edl.jobs():
             if job["name"] == name and job["state"] in ("starting", "running"):
                 edl.attach(name).stop()
+
+
+def _kill_the_master(lab, name: str) -> None:
+    """SIGKILL the job's master (its supervisor starts a new one, which takes over)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ELASTICDL_NB_HOME", str(lab.home))
+        import elasticdl_nb as edl
+
+        master = json.loads((Path(edl.attach(name).dir) / "master.json").read_text())
+    os.kill(master["pid"], signal.SIGKILL)
 
 
 def _progress(row) -> float:
@@ -168,6 +180,32 @@ def test_the_sidebar_follows_scales_attaches_and_stops_a_job(lab, browser, tmp_p
     assert workers.inner_text() == "workers 3/3"
     assert row.locator("input.edl-workers-input").input_value() == "3"
     assert state.inner_text() == "running"
+
+    # The goodput, as the master counts it: nothing lost so far (starting and scaling up
+    # are not recovery). Then the master is SIGKILLed: a new one takes the job over, and
+    # the row says so; the time without a master lowers the goodput.
+    goodput = row.locator(".edl-job-goodput")
+    goodput.wait_for(timeout=MINUTE)
+    assert goodput.inner_text() == "goodput 100 %"
+    assert row.locator(".edl-job-restarts").is_hidden()
+    _kill_the_master(lab, name)
+    page.wait_for_selector(
+        f".edl-job[data-job-name='{name}'] .edl-job-restarts[data-restarts='1']",
+        timeout=2 * MINUTE,
+    )
+    assert row.locator(".edl-job-restarts").inner_text() == "master restarted 1×"
+    page.wait_for_function(
+        """([name]) => {
+            const row = document.querySelector(`.edl-job[data-job-name="${name}"]`);
+            const goodput = row.querySelector(".edl-job-goodput");
+            return row.dataset.state === "running" && goodput
+                && parseFloat(goodput.dataset.goodput) < 1;
+        }""",
+        arg=[name],
+        timeout=MINUTE,
+    )
+    assert re.fullmatch(r"goodput \d+(\.\d)? %", goodput.inner_text()), goodput.inner_text()
+    assert goodput.inner_text() != "goodput 100 %"
 
     # "Attach": a code cell `%elasticdl attach NAME` below the active cell of the notebook.
     row.locator("button[data-action='attach']").click()
