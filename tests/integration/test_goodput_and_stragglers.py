@@ -1,19 +1,24 @@
 """Goodput and stragglers with real processes (issue 16, "Seen live"): a run without
 faults has goodput 1.0 and flags nobody; a SIGKILLed worker lowers the goodput by the time
-its slot took to train again; a worker slowed from outside (SIGSTOP 75 % of the time) is
-flagged a straggler within 30 s, and nobody else is. The dashboard and the text progress
-show the same figures as the master."""
+its slot took to train again, a SIGKILLed master by its downtime (for every slot), as the
+new master reports it and the journal gives it; a worker slowed from outside (SIGSTOP 75 %
+of the time) is flagged a straggler within 30 s, and nobody else is. The dashboard and the
+text progress show the same figures as the master."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+from elasticdl_nb.runtime.master.goodput import Goodput
+from elasticdl_nb.runtime.master.journal import read_journal_file
 from elasticdl_nb.sdk.progress import ProgressPrinter, format_goodput, format_percent
 from tests.integration.dashboards import rendered_dashboard
 from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
@@ -156,3 +161,34 @@ def test_a_worker_slowed_from_outside_is_flagged_a_straggler_within_30_s(job_hom
     _, details = rendered_dashboard(job)
     assert f"worker {victim} is a straggler" in details
     assert f"worker {victim} is no longer a straggler (caught up)" in details
+
+
+def test_a_new_master_reports_the_goodput_the_journal_gives_with_its_downtime(job_home):
+    job, _, _ = digits_job(workers=2, epochs=12, loss=paced_loss)
+    wait_for_step(job, 60)
+    old = json.loads((Path(job.dir) / "master.json").read_text())["pid"]
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: job.status().get("master_restarts") == 1, 60, "a new master")
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final.get("error")
+
+    events = list(read_journal_file(Path(job.dir) / "events.jsonl"))
+    [restarted] = [e for e in events if e.kind == "master_restarted"]
+    down = restarted.time - events[restarted.data["replayed"] - 1].time
+    print(f"master down {down:.1f} s: goodput {final['goodput']} ({final['recovering_s']} "
+          f"of {final['training_s'] + final['recovering_s']} worker-s recovering)")  # fmt: skip
+    assert final["recovering_s"] == pytest.approx(2 * down, abs=0.1)  # both slots
+    # The figures the new master reported are the journal's, folded from scratch.
+    assert Goodput(_AsWritten(events), 2).fields() == {
+        k: final[k] for k in ("goodput", "training_s", "recovering_s")
+    }
+
+
+class _AsWritten:
+    """The journal file's events, as `Goodput` reads a journal."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def read(self, from_seq=0, follow=False):
+        return iter(self.events[from_seq:])
