@@ -64,11 +64,13 @@ def status_html(view: JobView, now: float) -> str:
     if eta is not None:
         head.append(f"ETA {_duration(eta)}")
     goodput = view.goodput()
-    if goodput is not None:
+    if goodput is not None:  # (training vs recovering: README, "Goodput")
+        training = float(view.progress.get("training_s") or 0)
+        recovering = float(view.progress.get("recovering_s") or 0)
+        spent = f" ({recovering:.0f} of {training + recovering:.0f} worker-s recovering)"
         head.append(
-            f'<span class="edl-goodput" title="training over wanted worker time (README, '
-            f'Goodput): {view.progress.get("recovering_s", 0):g} worker-s recovering">'
-            f"goodput {format_percent(goodput)}</span>"
+            '<span class="edl-goodput" title="worker time training over worker time wanted">'
+            f"goodput {format_percent(goodput)}{spent if recovering else ''}</span>"
         )
     if view.master_restarts:
         head.append(colored(f"master restarted {view.master_restarts}×", ERROR_COLOR))

@@ -63,7 +63,7 @@ def test_the_header_shows_the_master_s_goodput_and_its_restarts():
     view = view_of(a_job_with_faults())
     assert view.goodput() == 0.8123 and view.master_restarts == 1
     status = status_html(view, T0 + 60)
-    assert "goodput 81 %" in status and "30 worker-s recovering" in status
+    assert "goodput 81 % (30 of 120 worker-s recovering)" in status
     assert "master restarted 1×" in status
     assert "workers 3/3" in status
     assert "straggler: worker 2 (4.2× median)" in status
