@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 from elasticdl_nb.runtime.master.journal import Event
@@ -177,6 +178,14 @@ def _group_line(d: dict) -> str:
             f"{line} (worker {lost} lost at step {d.get('step', '?')}; "
             f"survivors agreed in {_milliseconds(d.get('agreed_s', 0))})"
         )
+    if d["reason"] == GroupChange.RESTORED:
+        lost = ", ".join(str(w) for w in d["left"])
+        return (
+            f"allreduce group v{d['version']}: every member lost (workers {lost}); the job "
+            f"goes back to the replicas' checkpoint of step {d['step']}"
+        )
+    if d["reason"] == GroupChange.FORMED and d.get("restore"):
+        return f"{line} (starting from the replicas' checkpoint {Path(d['restore']).name})"
     if d["joined"] and d["reason"] != GroupChange.FORMED:
         return f"{line} ({', '.join(str(w) for w in d['joined'])} joined)"
     if d["left"]:

@@ -291,3 +291,24 @@ def test_expected_exits_are_not_logged_and_routine_events_not_described():
     )
     refused = ev("relaunch_refused", role="worker", id=4, reason="crash budget used up")
     assert describe(refused) == "not relaunching worker 4: crash budget used up"
+
+
+def test_the_log_tells_when_every_replica_was_lost_and_what_the_next_group_starts_from():
+    restored = Event(
+        7, 0.0, "group",
+        {"version": 5, "members": [], "joined": [], "left": [0, 1, 2], "reason": "restored",
+         "step": 70, "restore": "/jobs/j/checkpoints/replicas-000000000070.json", "addresses": []},
+    )  # fmt: skip
+    formed = Event(
+        8, 0.0, "group",
+        {"version": 6, "members": [3, 4, 5], "joined": [3, 4, 5], "left": [], "reason": "formed",
+         "restore": restored.data["restore"], "addresses": ["a", "b", "c"]},
+    )  # fmt: skip
+    assert describe(restored) == (
+        "allreduce group v5: every member lost (workers 0, 1, 2); the job goes back to the "
+        "replicas' checkpoint of step 70"
+    )
+    assert describe(formed) == (
+        "allreduce group v6: workers 3, 4, 5 (starting from the replicas' checkpoint "
+        "replicas-000000000070.json)"
+    )
