@@ -23,6 +23,7 @@ Controls: a worker count with "Scale", and "Stop", which asks for a second click
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -164,7 +165,7 @@ class Dashboard:
                 xaxis2={"title": {"text": "seconds since the start"}, "anchor": "y3",
                         "rangemode": "tozero"},
                 yaxis3={"title": {"text": "workers"}, "domain": [0, 0.27],
-                        "rangemode": "tozero", "tickformat": "d"},
+                        "rangemode": "tozero", "dtick": 1},
                 legend={"orientation": "h", "y": 1.12},
                 legend2={"orientation": "h", "y": -0.2, "yanchor": "top"},
                 template="plotly_white",
@@ -331,6 +332,9 @@ class Dashboard:
                     trace.x, trace.y = drawn["x"], drawn["y"]
                     if "text" in drawn:
                         trace.text = drawn["text"]
+                if timeline:  # whole workers on the axis, about four ticks
+                    most = max((y for drawn in timeline for y in drawn["y"]), default=1)
+                    fig.layout.yaxis3.dtick = max(1, math.ceil(most / 4))
             sent += 1
         self.messages += sent
         self.figure_updates += sent

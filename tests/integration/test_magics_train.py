@@ -212,7 +212,7 @@ def test_dry_run_prints_the_kubernetes_objects_and_launches_nothing(shell, job_h
     train(shell, "--backend kubernetes --dry-run --data x_train y_train", COMPILED_MODEL)
     out = capsys.readouterr().out
     objects = list(yaml.safe_load_all(out))
-    assert [o["kind"] for o in objects[:4]] == ["Pod", "Service", "ConfigMap", "Secret"]
+    assert [o["kind"] for o in objects[:4]] == ["Job", "Service", "ConfigMap", "Secret"]
     # The compiled Keras model travels in the ConfigMap as its .keras archive.
     assert "bundle__source__models__model.keras" in objects[2]["binaryData"]
     assert jobs_made(job_home) == []

@@ -127,6 +127,7 @@ def test_the_dashboard_figure_draws_the_timeline_below_the_curves(tmp_path):
     assert list(traces[WORKER_LOST].x) == [20] and list(traces[RELAUNCH].x) == [20, 40]
     assert list(traces[PS_LOST].text) == ["ps 0 killed by SIGKILL"]
     assert list(traces[MASTER_LOST].x) == [50] and list(traces[STRAGGLER].y) == [3]
+    assert dash.figure.layout.yaxis3.dtick == 1  # whole workers
     assert "goodput 80 %" in dash.status.value
 
 
