@@ -223,7 +223,9 @@ class PodTimeline:
                 for p in self._pods.values()
                 if p["name"].startswith(f"{job}-")
                 and "gone" not in p["marks"]
-                and not (p["name"].endswith("-master") and "container terminated" in p["marks"])
+                and not (
+                    p["name"].startswith(f"{job}-master") and "container terminated" in p["marks"]
+                )
             ]
 
 
@@ -288,16 +290,18 @@ class Sides:
 
     def end(self, side: str, job: edl.Job, ended: bool) -> None:
         """End the job unless it has `ended`, and wait until all of it has: local,
-        `job.stop()`; Kubernetes, the master pod deleted (the job with it), then until the
+        `job.stop()`; Kubernetes, the master's Job deleted (the job with it), then until the
         job's pods are gone and the master's container has ended."""
         if side != K8S:
             job.stop()
             return
         if not ended:
-            from kubernetes.client import ApiException
+            from kubernetes.client import ApiException, BatchV1Api
 
-            with contextlib.suppress(ApiException):
-                self.core.delete_namespaced_pod(f"{job.name}-master", self.namespace)
+            with contextlib.suppress(ApiException):  # (its Job owns every object of the job)
+                BatchV1Api(self.core.api_client).delete_namespaced_job(
+                    f"{job.name}-master", self.namespace, propagation_policy="Background"
+                )
         deadline = time.monotonic() + 120
         while self.timeline.busy(job.name) and time.monotonic() < deadline:
             time.sleep(0.2)
