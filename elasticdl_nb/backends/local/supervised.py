@@ -37,9 +37,15 @@ class SupervisorUnreachable(ElasticDLError, RuntimeError):
     """The supervisor did not answer (it is gone, and this master is about to be too)."""
 
 
+class _Delivered(threading.Event):
+    """Set by the events thread once it reaches it: every event before it is delivered."""
+
+
 class _Pending:
-    def __init__(self, adopting: bool = False) -> None:
+    def __init__(self, adopting: bool = False, drain: bool = False) -> None:
         self.done = threading.Event()
+        # drain: set once the events that came before the reply are delivered
+        self.delivered = _Delivered() if drain else None
         self.reply: dict[str, Any] = {}
         # adopt: the instance states that came before the reply, and what holds back the
         # events after it until those are delivered
@@ -91,11 +97,21 @@ class SupervisedProcesses:
 
     def shutdown(self, grace_seconds: float) -> None:
         """Every worker and PS ends (SIGTERM, SIGKILL after the grace period); returns
-        once they have (their end events are on their way to the sink)."""
+        once they have and the sink has heard so (the supervisor sends their end events
+        before its reply; the events thread delivers them before this returns)."""
+        pending = _Pending(drain=True)
         try:
-            self._request("shutdown", timeout=grace_seconds + REPLY_TIMEOUT, grace=grace_seconds)
+            self._request(
+                "shutdown",
+                timeout=grace_seconds + REPLY_TIMEOUT,
+                pending=pending,
+                grace=grace_seconds,
+            )
         except SupervisorUnreachable as exc:
             log.warning("shutdown: %s", exc)
+            return
+        if not pending.delivered.wait(REPLY_TIMEOUT):
+            log.warning("shutdown: the instances' end events were not delivered in time")
 
     def adopt(self) -> set[tuple[str, int]]:
         """The instances the supervisor knows (started by an earlier master of this job);
@@ -169,13 +185,18 @@ class SupervisedProcesses:
             return  # its caller gave up waiting
         if pending.adopted is not None:
             self._events.put(pending.gate)  # later events wait for the adopted states
+        if pending.delivered is not None:
+            self._events.put(pending.delivered)  # (after the events that came before)
         pending.reply = message
         pending.done.set()
 
     def _deliver(self) -> None:
         while True:
             item = self._events.get()
-            if isinstance(item, threading.Event):
+            if isinstance(item, _Delivered):
+                item.set()
+                continue
+            if isinstance(item, threading.Event):  # an adoption's gate
                 item.wait()
                 continue
             try:
