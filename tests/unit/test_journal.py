@@ -46,3 +46,12 @@ def test_the_file_replays_the_journal_and_skips_a_torn_last_line(tmp_path):
     with open(path, "a") as f:
         f.write('{"seq": 3, "ti')  # a master killed mid-write
     assert [e.data["i"] for e in read_journal_file(path, from_seq=1)] == [1, 2]
+
+
+def test_an_event_after_the_journal_closed_is_still_written_to_the_file(tmp_path):
+    path = tmp_path / "events.jsonl"
+    journal = Journal(path)
+    journal.append("tick", i=0)
+    journal.close()
+    journal.append("tick", i=1)  # (a late instance event: the master's end got out of order)
+    assert [e.data["i"] for e in read_journal_file(path)] == [0, 1]

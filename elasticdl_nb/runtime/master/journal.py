@@ -11,12 +11,15 @@ file before the master acts on it or answers the call that caused it.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("elasticdl_nb.master")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Journal:
         self._events: list[Event] = list(_continued(path)) if path else []
         self._changed = threading.Condition()
         self._closed = False
+        self._path = path
         self._file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
         self._inherited = len(self._events)
 
@@ -68,6 +72,10 @@ class Journal:
             self._events.append(event)
             if self._file:
                 self._file.write(event.to_json() + "\n")
+            elif self._closed and self._path:  # a bug in the order of the master's end,
+                log.warning("%s event after the journal closed: %s", kind, data)  # but
+                with open(self._path, "a") as late:  # no event is ever off the file
+                    late.write(event.to_json() + "\n")
             self._changed.notify_all()
             return event
 
