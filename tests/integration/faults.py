@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from pathlib import Path
 
 FAULT_SEED_ENV = "ELASTICDL_NB_FAULT_SEED"
 
@@ -42,3 +43,12 @@ def pid_of(status: dict, role: str, instance_id: int) -> int:
         if inst["role"] == role and inst["id"] == instance_id and inst["pid"]:
             return inst["pid"]
     raise LookupError(f"no live {role} {instance_id} in {status['instances']}")
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

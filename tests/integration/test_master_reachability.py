@@ -23,7 +23,7 @@ from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from elasticdl_nb.vocabulary import INSTANCE_ENDED
 from tests.conftest import job_processes
-from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.faults import alive, fault_rng, wait_for, wait_for_step
 from tests.integration.job_process import JobProcess, StubMaster
 from tests.integration.models import digits_job, paced_loss
 
@@ -47,15 +47,6 @@ def _live_pids(job) -> dict[tuple[str, int], int]:
     }
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_process(job_home):
     rng = fault_rng("master-paused")
     epochs = 4
@@ -73,7 +64,7 @@ def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_proces
         # Longer than any call's own timeout (GetTask and reports: 10 s), so every worker's
         # calls fail meanwhile and are retried.
         time.sleep(12 + rng.uniform(0, 2))
-        assert [p for p in before.values() if not _alive(p)] == []
+        assert [p for p in before.values() if not alive(p)] == []
         assert seen_from_here == []
     finally:
         os.kill(master, signal.SIGCONT)
@@ -121,7 +112,7 @@ def test_a_supervisor_killed_by_sigkill_leaves_no_process_of_its_job_behind(job_
 
     os.kill(supervisor, signal.SIGKILL)
     killed = time.monotonic()
-    wait_for(lambda: not any(_alive(p) for p in pids.values()), 5, "the job's processes to end")
+    wait_for(lambda: not any(alive(p) for p in pids.values()), 5, "the job's processes to end")
     print(f"master, workers and PS gone {time.monotonic() - killed:.2f} s after the supervisor")
     assert job_processes(job_home, every=True) == []
     assert job.status()["state"] == "lost"
@@ -138,7 +129,7 @@ def test_a_stopped_job_leaves_no_process_behind_and_its_master_is_not_restarted(
     else:  # SIGTERM to the job's session (supervisor, master, workers, PS), then SIGKILL
         kill_job(find_job(job.name), grace_seconds=30)
         assert job.status()["state"] == "stopped"
-    assert not _alive(supervisor)
+    assert not alive(supervisor)
     assert job_processes(job_home, every=True) == []
     assert _master_pid(job) == master  # no other master has served since
     log = (Path(job.dir) / "logs" / "supervisor.log").read_text()

@@ -19,7 +19,7 @@ from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE
 from elasticdl_nb.backends.local.supervisor import MAX_RESTARTS
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from tests.conftest import REPO
-from tests.integration.faults import wait_for
+from tests.integration.faults import alive, wait_for
 from tests.integration.job_process import prepare_job_dir
 
 
@@ -70,15 +70,6 @@ def _started(job_dir: Path, incarnation: int, role: str, instance_id: int) -> in
     return None
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting to be reaped counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _log(job_dir: Path) -> str:
     return (job_dir / "logs" / "supervisor.log").read_text()
 
@@ -116,7 +107,7 @@ def test_a_master_that_dies_is_replaced_and_the_new_one_adopts_what_ran_on(super
     }
     assert set(first) == {("ps", 0), ("worker", 0), ("worker", 1)}
     for pid in first.values():
-        assert not _alive(pid)  # the PS too: the job is over
+        assert not alive(pid)  # the PS too: the job is over
 
     adopted = [s["adopted"] for s in _seen(job_dir) if "adopted" in s]
     assert adopted == [[["ps", 0], ["worker", 0], ["worker", 1]]]
@@ -153,7 +144,7 @@ def test_the_instances_of_a_job_have_their_lifeline_on_the_supervisor(supervise)
         assert f"{PARENT_ENV}={supervisor.pid}".encode() in environ
 
     os.kill(supervisor.pid, signal.SIGKILL)
-    wait_for(lambda: not _alive(worker) and not _alive(master), 5, "the job's processes to end")
+    wait_for(lambda: not alive(worker) and not alive(master), 5, "the job's processes to end")
 
 
 def test_a_supervisor_told_to_stop_lets_its_master_stop_the_job_and_restarts_nothing(supervise):
@@ -172,7 +163,7 @@ def test_a_supervisor_told_to_stop_lets_its_master_stop_the_job_and_restarts_not
     assert seen.index({"incarnation": 0, "stopped": True}) > seen.index(
         {"incarnation": 0, "event": ends[0]}
     )  # the master heard the worker end before its shutdown returned
-    assert not _alive(worker) and not _alive(master)
+    assert not alive(worker) and not alive(master)
     assert "restarting" not in _log(job_dir)
 
 
@@ -192,7 +183,7 @@ def test_a_master_killed_by_the_stop_signal_is_not_restarted_and_the_job_is_stop
     state = json.loads((job_dir / "state.json").read_text())
     assert state["state"] == "stopped"
     assert "stopped by SIGTERM; the master was killed by SIGTERM" in state["error"]
-    assert not _alive(worker)
+    assert not alive(worker)
     assert "restarting" not in _log(job_dir)
 
 
