@@ -107,7 +107,8 @@ class EventKind(StrEnum):
 
     JOB_STATE = (
         "job_state",
-        "`state` (running, succeeded, failed, stopped), `reason`, and the progress fields",
+        "`state` (running, succeeded, failed, stopped), `reason`, and the progress fields; "
+        "`recorded_by`: `supervisor` when a local job's master could not record the end",
     )
     PROGRESS = (
         "progress",

@@ -210,3 +210,8 @@ def test_after_its_restart_budget_the_supervisor_fails_the_job_with_the_masters_
         in (state["error"])
     )
     assert f"stand-in master, incarnation {MAX_RESTARTS}" in state["error"]
+    # the journal says so too, as its last event (no master was left to write it)
+    last = json.loads((job_dir / "events.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["data"]["state"], last["data"]["recorded_by"]) == (
+        "job_state", "failed", "supervisor"
+    )  # fmt: skip

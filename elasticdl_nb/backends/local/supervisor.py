@@ -48,7 +48,8 @@ from elasticdl_nb.backends.local.supervisor_protocol import (
 from elasticdl_nb.runtime.job_dir import SUPERVISOR, JobDir, read_json, write_json
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.runtime.logs import setup_logging
-from elasticdl_nb.vocabulary import JobState, Role
+from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.vocabulary import EventKind, JobState, Role
 
 log = logging.getLogger("elasticdl_nb.supervisor")
 
@@ -242,7 +243,11 @@ class Supervisor:
             self.connection = None
 
     def _record_end(self, state: JobState, error: str) -> None:
-        """The job's end state, when no master recorded it."""
+        """The job's end state, when no master recorded it: the journal's last event (no
+        master writes to it now), then state.json."""
+        journal = Journal(self.files.events)
+        journal.append(EventKind.JOB_STATE, state=state, reason=error, recorded_by="supervisor")
+        journal.close()
         status = {"name": self.job_dir.name, "state": state, "error": error, "ended": time.time()}
         write_json(self.files.state, status)
 
