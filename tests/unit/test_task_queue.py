@@ -74,3 +74,21 @@ def test_a_minibatch_named_twice_in_one_report_counts_once():
     task = queue.next_for(worker_id=7)
     assert queue.report(task.task_id, [10, 0, 10, 0]) == [0, 10]
     assert queue.done_count == 2
+
+
+def test_checking_epochs_that_are_settled_and_held_whole_changes_and_journals_nothing():
+    q = _queue()
+    records = []
+    q.record = records.append
+    for epoch in range(3):
+        q.add_epoch(epoch)
+        while (task := q.next_for(0)) is not None:
+            q.report(task.task_id, list(range(task.start, task.end, 10)))
+            q.finish(task.task_id)
+    held = {(e, s): set(range(0, n, 10)) for e in range(3) for s, n in enumerate((100, 30))}
+    before = len(records)
+    assert q.hold_only(held, 2, "rolled back") == []
+    assert len(records) == before  # (a job of many epochs would journal every one, each time)
+    del held[(1, 0)]
+    assert q.hold_only(held, 2, "rolled back") == [(1, 0, list(range(0, 100, 10)))]
+    assert [r["op"] for r in records[before:]] == ["settle"]

@@ -295,8 +295,11 @@ class TaskQueue:
         queued = []
         for epoch in range(last_epoch + 1):
             closed = not self.training_pending(epoch)
-            for source in range(len(self.train)):
+            for source, src in enumerate(self.train):
                 have = held.get((epoch, source), set())
+                done = self.done.get((epoch, source), set())
+                if closed and len(done) == len(have) == -(-src.num_records // self.batch):
+                    continue  # settled, and held whole: nothing to change (nor to journal)
                 if closed:
                     missing = self.settle(epoch, source, have)
                 else:
