@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -52,3 +53,11 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def follow_events(job, seen: list[int]) -> threading.Thread:
+    """A reader of `Job.events()` that stays on through every master restart, adding
+    each event's `seq` to `seen`."""
+    thread = threading.Thread(target=lambda: seen.extend(e.seq for e in job.events()), daemon=True)
+    thread.start()
+    return thread

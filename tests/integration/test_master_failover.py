@@ -18,7 +18,7 @@ from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from elasticdl_nb.runtime.worker.replica_records import replica_problems
 from elasticdl_nb.vocabulary import INSTANCE_ENDED
 from tests.conftest import job_processes
-from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.faults import fault_rng, follow_events, wait_for, wait_for_step
 from tests.integration.models import accuracy, digits_job, paced_loss
 
 pytestmark = pytest.mark.slow
@@ -56,13 +56,6 @@ def _kill_the_master_three_times(job, rng, last_step: int) -> list[float]:
     return took
 
 
-def _follow(job, seen: list[int]) -> threading.Thread:
-    """A reader of `Job.events()` that stays on through every restart."""
-    thread = threading.Thread(target=lambda: seen.extend(e.seq for e in job.events()), daemon=True)
-    thread.start()
-    return thread
-
-
 def _check_the_journal(job, follower: threading.Thread, seen: list[int]) -> list:
     follower.join(30)
     on_file = [json.loads(line)["seq"] for line in (Path(job.dir) / "events.jsonl").open()]
@@ -85,7 +78,7 @@ def test_the_master_killed_three_times_the_job_goes_on_and_applies_every_record_
         workers=2, epochs=epochs, strategy=strategy, loss=paced_loss, checkpoint_steps=40
     )
     seen: list[int] = []
-    follower = _follow(job, seen)
+    follower = follow_events(job, seen)
     first = wait_for_step(job, 10)
     before = _instance_pids(first)
     _kill_the_master_three_times(job, rng, epochs * (1400 // BATCH) // 2)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pytest
 import elasticdl_nb as edl
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from elasticdl_nb.vocabulary import INSTANCE_ENDED
-from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.faults import fault_rng, follow_events, wait_for, wait_for_step
 from tests.integration.models import DIGITS, custom_model, digits_split
 from tests.kubernetes.job_pods import k8s_options, pods
 from tests.kubernetes.test_kubernetes_jobs import STEPS_PER_EPOCH, _paced_loss
@@ -65,13 +64,6 @@ def _instance_pods(core, namespace: str) -> dict[str, str]:
         for name, p in pods(core, namespace).items()
         if p.metadata.labels["elasticdl-nb/role"] in ("worker", "ps")
     }
-
-
-def _follow(job, seen: list[int]) -> threading.Thread:
-    """A reader of `Job.events()` that stays on through every restart."""
-    thread = threading.Thread(target=lambda: seen.extend(e.seq for e in job.events()), daemon=True)
-    thread.start()
-    return thread
 
 
 def _taken_over(job, restarts: int, since: float) -> float:
@@ -146,7 +138,7 @@ def test_a_master_killed_in_its_container_then_its_pod_deleted_the_job_goes_on(
         **k8s_options(real_cluster, job_namespace, tmp_path),
     )
     seen: list[int] = []
-    follower = _follow(job, seen)
+    follower = follow_events(job, seen)
     try:
         _kill_the_master_twice(job, core, real_node, job_namespace, kill_at, delete_at)
         final = job.wait(timeout=600)
