@@ -161,9 +161,45 @@ def _millicores(quantity: str) -> int:
     return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
 
 
+def _unsettled(core, node_name: str, namespace: str, workers: int) -> str:
+    """What keeps the node's CPU from being what it will stay while the preemptor is
+    placed ('' once nothing does): a pod on the node being deleted, a pod of the job not
+    running, or not `workers` workers.
+
+    Sized while a deleted worker was still terminating, the preemptor fitted once it was
+    gone, without preempting anyone (CI, seed 207464299). And this kubelet (v1.20) can
+    leave a deleted pod whose containers have all ended Terminating for over a minute (it
+    never logs "Killing unwanted pod" for it); such a pod is dead but for its API object,
+    so it is deleted for good here, as `kubectl delete --force` would."""
+    from kubernetes import client
+
+    on_node = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}")
+    for p in on_node.items:
+        if not p.metadata.deletion_timestamp:
+            continue
+        statuses = p.status.container_statuses or []
+        where = f"{p.metadata.namespace}/{p.metadata.name}"
+        if statuses and all(c.state.terminated for c in statuses):
+            print(f"{where}: every container ended, still Terminating: deleted with grace 0")
+            try:
+                core.delete_namespaced_pod(
+                    p.metadata.name, p.metadata.namespace, grace_period_seconds=0
+                )
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return f"{where} is being deleted"
+    for name, p in pods(core, namespace).items():
+        if p.status.phase != "Running" or p.metadata.deletion_timestamp:
+            return f"{name} is {p.status.phase}"
+    running = len(pods(core, namespace, "worker"))
+    return "" if running == workers else f"{running} workers, not {workers}"
+
+
 def _preemptor(core, node_name: str, namespace: str) -> dict:
     """A pod of the master's priority that fits on the node only if the scheduler
-    preempts one worker: it requests the node's free CPU plus half a worker's."""
+    preempts one worker: it requests the node's free CPU plus half a worker's. Size it
+    only once nothing leaves it `_unsettled`."""
     node = core.read_node(node_name)
     free = _millicores(node.status.allocatable["cpu"])
     for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items:
@@ -240,7 +276,17 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
     core.delete_namespaced_pod(name, job_namespace)
     print(f"deleted {name}")
 
-    victim(at[1])  # the scheduler picks which worker; wait for a step with both running
+    victim(at[1])  # the scheduler picks which worker; wait for both to run
+    unsettled = [""]
+
+    def settled() -> bool:
+        unsettled[0] = _unsettled(core, real_node.name, job_namespace, 2)
+        return not unsettled[0]
+
+    try:
+        wait_for(settled, 120, "a settled node")
+    except TimeoutError:
+        raise AssertionError(f"the node did not settle: {unsettled[0]}") from None
     hit.clear()
     core.create_namespaced_pod(job_namespace, _preemptor(core, real_node.name, job_namespace))
     name = ended("preempted")
