@@ -1,8 +1,10 @@
 """The event journal: numbered, resumable, followable, and kept on disk."""
 
+import json
 import threading
+import time
 
-from elasticdl_nb.runtime.master.journal import Journal, read_journal_file
+from elasticdl_nb.runtime.master.journal import MORE, Journal, read_journal_file
 
 
 def test_events_are_numbered_and_resume_from_a_sequence_number(tmp_path):
@@ -55,3 +57,44 @@ def test_an_event_after_the_journal_closed_is_still_written_to_the_file(tmp_path
     journal.close()
     journal.append("tick", i=1)  # (a late instance event: the master's end got out of order)
     assert [e.data["i"] for e in read_journal_file(path)] == [0, 1]
+
+
+def test_a_transaction_reaches_the_file_and_its_followers_in_one_piece(tmp_path):
+    path = tmp_path / "events.jsonl"
+    journal = Journal(path)
+    journal.append("tick", i=0)
+    seen: list[int] = []
+    follower = threading.Thread(target=lambda: seen.extend(e.seq for e in journal.read(0)))
+    follower.start()
+    with journal.transaction():
+        journal.append("report", i=1)
+        with journal.transaction():  # nested: part of the outer one
+            journal.append("finish", i=2)
+        time.sleep(0.2)  # the follower waits meanwhile
+        assert len(path.read_text().splitlines()) == 1
+        assert seen in ([], [0])
+    journal.append("tick", i=3)
+    journal.close()
+    follower.join(5)
+    assert seen == [0, 1, 2, 3]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line.get(MORE, False) for line in lines] == [False, True, False, False]
+
+
+def test_a_transaction_cut_short_by_the_masters_death_is_cut_off_as_a_whole(tmp_path):
+    path = tmp_path / "events.jsonl"
+    journal = Journal(path)
+    with journal.transaction():
+        journal.append("report", i=0)
+        journal.append("finish", i=1)
+    journal.close()
+    with open(path, "a") as f:  # the next one's first two lines made it, the third not
+        f.write('{"seq":2,"time":1,"kind":"report","data":{},"more":true}\n')
+        f.write('{"seq":3,"time":1,"kind":"loss","data":{},"more":true}\n')
+        f.write('{"seq":4,"time":1,"ki')
+    successor = Journal(path)
+    assert [e.kind for e in successor.continued] == ["report", "finish"]
+    successor.append("master_restarted")
+    successor.close()
+    assert [e.seq for e in read_journal_file(path)] == [0, 1, 2]
+    assert json.loads(path.read_text().splitlines()[-1])["kind"] == "master_restarted"

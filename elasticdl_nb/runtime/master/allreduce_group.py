@@ -95,7 +95,7 @@ class AllreduceGroup:
         except AssertionError as exc:  # e.g. the only holder of a step died in recovery
             self._job.fail(f"the allreduce group cannot recover consistently: {exc}")
             raise PeerLost(None, str(exc)) from None
-        with self._job.lock:
+        with self._job.lock, self._job.journal.transaction():  # (a new master: all or none)
             if recovery.group.version not in self._recovered:  # once per decision
                 self._recovered.add(recovery.group.version)
                 self._carry_out(recovery)

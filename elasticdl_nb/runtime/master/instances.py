@@ -213,8 +213,10 @@ class InstanceManager:
     # ------------------------------------------------------------------ events
 
     def on_event(self, event: InstanceEvent) -> None:
-        """Every instance event from the backend: journal it, then apply the policy."""
-        with self._lock:
+        """Every instance event from the backend: journal it, then apply the policy. One
+        journal transaction: a master that dies midway must not leave a new one the end
+        of a worker without the requeue of its tasks (they would wait forever)."""
+        with self._lock, self.journal.transaction():
             inst = self.instances.get((event.role, event.instance_id))
             if inst is None and self._adopting:  # started just before the old master died
                 inst = self._known(event.role, event.instance_id)

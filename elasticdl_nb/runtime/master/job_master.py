@@ -172,7 +172,10 @@ class JobMaster:
                 self._work.wait(left)
 
     def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
-        with self.lock:
+        # One transaction: a master killed between journaling a report and the end of its
+        # task left a new one waiting forever for a task whose every minibatch was
+        # reported (the worker's retry was "counted already").
+        with self.lock, self.journal.transaction():
             if r.seq and r.seq <= self._reports_counted.get(r.worker_id, 0):
                 return self._progress_response(r.worker_id)  # a retry: counted already
             if r.seq:
@@ -267,7 +270,7 @@ class JobMaster:
 
     def release(self, worker_id: int) -> None:
         """Give a lost worker's tasks back: what it had not reported goes to the queue."""
-        with self.lock:
+        with self.lock, self.journal.transaction():
             for task, left in self.queue.release_worker(worker_id):
                 self.journal.append(
                     EventKind.REQUEUE,
@@ -357,7 +360,7 @@ class JobMaster:
                 self.fail(f"master error: {exc!r}")
 
     def _coordinate(self) -> None:
-        with self.lock:
+        with self.lock, self.journal.transaction():
             if self.state in MASTER_END_STATES or not self.strategy.ready_to_train():
                 return
             self.strategy.tick()
@@ -371,7 +374,7 @@ class JobMaster:
         if reconcile and not self.strategy.reconcile(last_epoch):
             return
         self.evaluations.publish_finished()
-        with self.lock:
+        with self.lock, self.journal.transaction():  # (an epoch's tasks and its event)
             if self.state in MASTER_END_STATES or self.queue.training_pending():
                 return
             if self.phase == Phase.TRAINING:

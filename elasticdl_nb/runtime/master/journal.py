@@ -5,11 +5,13 @@ asks for `from_seq` and gets everything from there, so replaying from 0 rebuilds
 picture. The journal is also appended to `events.jsonl` in the job directory, which is how
 a finished job's history stays readable after the master has exited, and what a master
 that replaces one that died rebuilds the job from (`recovery.py`): every event is on the
-file before the master acts on it or answers the call that caused it.
+file before the master answers the call that caused it, and what one call changes is
+written as one transaction (all of it, or none, is what a new master finds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -21,6 +23,8 @@ from typing import Any
 
 log = logging.getLogger("elasticdl_nb.master")
 
+MORE = "more"  # on a line of the file: the transaction it belongs to goes on after it
+
 
 @dataclass(frozen=True)
 class Event:
@@ -29,11 +33,13 @@ class Event:
     kind: str
     data: dict[str, Any]
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {"seq": self.seq, "time": self.time, "kind": self.kind, "data": self.data},
-            separators=(",", ":"),
-        )
+    def to_json(self, more: bool = False) -> str:
+        """The event as a line of the file; `more`: a transaction's line that is not its
+        last (`Journal.transaction`)."""
+        raw = {"seq": self.seq, "time": self.time, "kind": self.kind, "data": self.data}
+        if more:
+            raw[MORE] = True
+        return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, line: str) -> Event:
@@ -50,6 +56,11 @@ class Journal:
     file, so an event's number is its place in both; a follower waits on it for new
     events and never holds it while it yields. Events are never dropped or changed:
     memory grows with the job (a loss point is a few dozen bytes).
+
+    What one call of the master changes may take several events (a report: the queue's
+    record of it, the loss points, the task's end): `transaction()` makes them one write,
+    seen by followers together, and all or none of them are what a new master rebuilds
+    from.
     """
 
     def __init__(self, path: Path | None = None):
@@ -59,6 +70,7 @@ class Journal:
         self._path = path
         self._file = open(path, "a", buffering=1) if path else None  # noqa: SIM115
         self._inherited = len(self._events)
+        self._transaction: list[Event] | None = None  # the open one's events, unwritten
 
     @property
     def continued(self) -> list[Event]:
@@ -70,14 +82,42 @@ class Journal:
         with self._changed:
             event = Event(len(self._events), time.time(), kind, data)
             self._events.append(event)
-            if self._file:
-                self._file.write(event.to_json() + "\n")
-            elif self._closed and self._path:  # a bug in the order of the master's end,
-                log.warning("%s event after the journal closed: %s", kind, data)  # but
-                with open(self._path, "a") as late:  # no event is ever off the file
-                    late.write(event.to_json() + "\n")
-            self._changed.notify_all()
+            if self._transaction is not None:
+                self._transaction.append(event)  # written when the transaction ends
+            else:
+                self._write([event])
             return event
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The events appended inside the block (by this thread: others wait, as do
+        followers) are written in one go when it ends, the lines before the last marked
+        `more`: a master killed while writing them leaves a tail that its successor cuts
+        off (`_continued`), as if the call that made them had never come. Nests (the
+        outermost one writes)."""
+        with self._changed:
+            if self._transaction is not None:
+                yield
+                return
+            self._transaction = []
+            try:
+                yield
+            finally:
+                events, self._transaction = self._transaction, None
+                if events:
+                    self._write(events)
+
+    def _write(self, events: list[Event]) -> None:
+        """Put events on the file, and tell followers (under the condition)."""
+        last = len(events) - 1
+        lines = "".join(event.to_json(more=i < last) + "\n" for i, event in enumerate(events))
+        if self._file:
+            self._file.write(lines)
+        elif self._closed and self._path:  # a bug in the order of the master's end, but
+            log.warning("events after the journal closed: %s", lines)
+            with open(self._path, "a") as late:  # no event is ever off the file
+                late.write(lines)
+        self._changed.notify_all()
 
     def close(self) -> None:
         """No more events: followers drain what is left and stop."""
@@ -113,16 +153,20 @@ class Journal:
 
 def _continued(path: Path) -> list[Event]:
     """The events of a journal file an earlier master wrote, which this one continues.
-    A line cut short by that master's death is cut off the file, so the next event
-    starts on a line of its own and numbering goes on without a gap."""
+    A line cut short by that master's death is cut off the file, and so is a transaction
+    whose last line is missing, so the next event starts on a line of its own and
+    numbering goes on without a gap."""
     if not path.exists():
         return []
     with open(path, "rb+") as f:
         raw = f.read()
         whole = raw.rfind(b"\n") + 1
+        lines = raw[:whole].decode().splitlines(keepends=True)
+        while lines and lines[-1].strip() and json.loads(lines[-1]).get(MORE):  # unfinished
+            whole -= len(lines.pop().encode())
         if whole < len(raw):
             f.truncate(whole)
-    events = [Event.from_json(line) for line in raw[:whole].decode().splitlines() if line.strip()]
+    events = [Event.from_json(line) for line in lines if line.strip()]
     for i, event in enumerate(events):
         if event.seq != i:
             raise ValueError(f"{path}: event {i} is numbered {event.seq}: not one journal")

@@ -50,7 +50,7 @@ class PsStrategy:
     def ps_ready(self, ps_id: int, restored_version: int, address: str, incarnation: int) -> None:
         """A PS serves at `address`, restored from `restored_version` (-1: none)."""
         job = self._job
-        with job.lock:
+        with job.lock, job.journal.transaction():
             if incarnation == self._incarnations[ps_id]:
                 return  # a retried report: this PS is counted already
             self._incarnations[ps_id] = incarnation
@@ -122,7 +122,7 @@ class PsStrategy:
         if applied is None:
             return False
         job = self._job
-        with job.lock:
+        with job.lock, job.journal.transaction():
             self._needs_reconcile = False
             for epoch, source, missing in job.queue.hold_only(applied, last_epoch, "rolled back"):
                 job.journal.append(
