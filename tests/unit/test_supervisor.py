@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,17 +135,68 @@ def test_a_master_that_dies_is_replaced_and_the_new_one_adopts_what_ran_on(super
     assert "test-token" not in log  # the environment the master sent is not logged
 
 
+def _fork_servers(job_dir: Path) -> list[int]:
+    """The pids of the job's fork servers that got ready, in order."""
+    return [int(pid) for pid in re.findall(r"fork server ready \(pid (\d+)\)", _log(job_dir))]
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _lifeline(pid: int) -> bytes:
+    """The PARENT_ENV entry a process was started with (a forked process sets its own
+    later, which /proc does not show: its parent is what counts there)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next((e for e in environ if e.startswith(PARENT_ENV.encode() + b"=")), b"")
+
+
 def test_the_instances_of_a_job_have_their_lifeline_on_the_supervisor(supervise):
     job_dir = supervise.job_dir
     supervisor = supervise({"0": [["serve"], ["launch", "worker", 0], ["hang"]]})
     worker = wait_for(lambda: _started(job_dir, 0, "worker", 0), 30, "the worker")
     master = json.loads((job_dir / "master.json").read_text())["pid"]
-    for pid in (worker, master):
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        assert f"{PARENT_ENV}={supervisor.pid}".encode() in environ
+    # The launch waited for the fork server, which forked the worker: the worker's
+    # lifeline is the server, whose lifeline, like the master's, is the supervisor.
+    [server] = _fork_servers(job_dir)
+    assert _parent(worker) == server
+    for pid in (server, master):
+        assert _lifeline(pid) == f"{PARENT_ENV}={supervisor.pid}".encode()
 
     os.kill(supervisor.pid, signal.SIGKILL)
-    wait_for(lambda: not alive(worker) and not alive(master), 5, "the job's processes to end")
+    everyone = (worker, master, server)
+    wait_for(lambda: not any(map(alive, everyone)), 5, "the job's processes to end")
+
+
+def test_a_fork_server_that_dies_takes_its_instances_and_the_next_one_forks_the_rest(supervise):
+    job_dir = supervise.job_dir
+    supervise(
+        {
+            "0": [
+                ["serve"],
+                ["launch", "worker", 0],
+                ["wait_started", "worker", 0],
+                ["wait_end", "worker", 0],  # the test kills the fork server meanwhile
+                ["launch", "worker", 1],
+                ["wait_started", "worker", 1],
+                ["hang"],
+            ]
+        }
+    )
+    first = wait_for(lambda: _started(job_dir, 0, "worker", 0), 30, "worker 0")
+    [server] = _fork_servers(job_dir)
+    os.kill(server, signal.SIGKILL)
+
+    second = wait_for(lambda: _started(job_dir, 0, "worker", 1), 60, "worker 1")
+    assert not alive(first)
+    ends = [e for e in _events(job_dir, 0) if e["kind"] != "started"]
+    assert [(e["instance_id"], e["kind"], e["signal"], e["pid"]) for e in ends] == [
+        (0, "killed", "SIGKILL", first)
+    ]
+    servers = _fork_servers(job_dir)
+    assert len(servers) == 2 and servers[0] == server
+    assert _parent(second) == servers[1]  # forked by the new server, once it was ready
+    assert f"fork server (pid {server}) ended" in _log(job_dir)
 
 
 def test_a_supervisor_told_to_stop_lets_its_master_stop_the_job_and_restarts_nothing(supervise):

@@ -8,6 +8,9 @@ while a master that dies leaves them running for the next one. The kernel ties t
 signal to the *thread* that forked, so the supervisor forks everything from its one
 thread.
 
+Each is forked by the job's fork server (`forkserver.py`: TensorFlow already imported)
+once it is ready, and started as a new interpreter before that or if it is gone.
+
 What happened to each instance is kept here as an event (the fields of
 `runtime.master.site.InstanceEvent`, as a dict: no gRPC in the supervisor), so a master
 that starts later can learn it (`states`).
@@ -24,6 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.backends.local.forkserver_link import (
+    ForkedProcess,
+    ForkServerLink,
+    ServerState,
+)
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.vocabulary import InstanceState, Role
@@ -31,6 +39,7 @@ from elasticdl_nb.vocabulary import InstanceState, Role
 log = logging.getLogger("elasticdl_nb.supervisor")
 
 Event = dict[str, Any]  # role, instance_id, kind, and exit_code, signal, reason, pid
+Process = subprocess.Popen | ForkedProcess
 
 
 class LocalProcesses:
@@ -46,7 +55,11 @@ class LocalProcesses:
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "PYTHONUNBUFFERED": "1",
         }
-        self._live: dict[int, tuple[tuple[str, int], subprocess.Popen]] = {}  # by pid
+        # The caller starts it, watches its socket (`pump`) and restarts it.
+        self.fork_server = ForkServerLink(
+            job_dir, self.files.logs / "forkserver.log", self._environ
+        )
+        self._live: dict[int, tuple[tuple[str, int], Process]] = {}  # by pid
         self.states: dict[tuple[str, int], Event] = {}  # the last event of each instance
 
     def launch(self, role: str, instance_id: int, env: dict[str, str]) -> Event:
@@ -59,8 +72,21 @@ class LocalProcesses:
         if older is not None:  # one process per instance: the newer launch wins
             log.warning("%s %d: pid %d still runs; killing it first", role, instance_id, older)
             os.kill(older, signal.SIGKILL)
-        with open(self.files.log(role, instance_id), "ab") as out:
-            proc = subprocess.Popen(
+        proc = self._start(role, instance_id, env)
+        self._live[proc.pid] = (key, proc)
+        event = _event(key, InstanceState.STARTED, pid=proc.pid)
+        self.states[key] = event
+        return event
+
+    def _start(self, role: str, instance_id: int, env: dict[str, str]) -> Process:
+        log_path = self.files.log(role, instance_id)
+        if self.fork_server.state is ServerState.READY:
+            try:
+                return self.fork_server.fork(role, instance_id, env, log_path)
+            except OSError as exc:
+                log.warning("%s %d: %s; starting a new interpreter", role, instance_id, exc)
+        with open(log_path, "ab") as out:
+            return subprocess.Popen(
                 [sys.executable, "-m", f"elasticdl_nb.runtime.{role}", "--id", str(instance_id)],
                 env={**self._environ, **env},
                 stdin=subprocess.DEVNULL,
@@ -68,10 +94,6 @@ class LocalProcesses:
                 stderr=subprocess.STDOUT,
                 close_fds=True,
             )
-        self._live[proc.pid] = (key, proc)
-        event = _event(key, InstanceState.STARTED, pid=proc.pid)
-        self.states[key] = event
-        return event
 
     def reap(self) -> list[Event]:
         """The end events of the instances that ended since the last call (not of one
@@ -95,7 +117,7 @@ class LocalProcesses:
         if pid is not None:
             os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
 
-    def live(self) -> list[subprocess.Popen]:
+    def live(self) -> list[Process]:
         return [proc for _, proc in self._live.values() if proc.returncode is None]
 
     def _current(self, key: tuple[str, int]) -> int | None:

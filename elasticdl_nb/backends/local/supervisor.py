@@ -37,13 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from elasticdl_nb.backends.job_records import MASTER_MODULE
+from elasticdl_nb.backends.local.forkserver_link import ServerState
 from elasticdl_nb.backends.local.processes import Event, LocalProcesses
 from elasticdl_nb.backends.local.supervisor_protocol import (
     INCARNATION_ENV,
     SUPERVISOR_FD_ENV,
     SUPERVISOR_PID_ENV,
     LineReader,
+    drain,
     encode,
+    start_talking_child,
+    wake_on_signals,
 )
 from elasticdl_nb.runtime.job_dir import SUPERVISOR, JobDir, read_json, write_json
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
@@ -105,26 +109,31 @@ class Supervisor:
         self.stopping = ""  # the signal that asked us to stop
         self.master_kill_at: float | None = None
         self.exit_code: int | None = None  # set: the loop ends
+        # Launches asked for while the fork server imports: answered once it is ready
+        # (sooner than a new interpreter would be) or gone.
+        self.waiting_launches: list[tuple[MasterConnection, dict[str, Any]]] = []
+        self.fork_server_restarts = 0
 
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> int:
-        wake_read, wake_write = socket.socketpair()
-        wake_read.setblocking(False)
-        wake_write.setblocking(False)
-        # A signal wakes the select below (a full buffer is fine: one byte wakes it).
-        signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+        # A signal wakes the select below; a child that ended: wake up and reap.
+        self.wake = wake_on_signals(signal.SIGCHLD)
+        wake_read = self.wake[0]
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop_signal)
-        signal.signal(signal.SIGCHLD, lambda *_: None)  # a child ended: wake up and reap
         self.selector.register(wake_read, selectors.EVENT_READ, "wake")
+        self._start_fork_server()  # first: it imports while the master does
         self._start_master()
         while self.exit_code is None:
             for key, mask in self.selector.select(self._timeout()):
                 if key.data == "wake":
-                    _drain(wake_read)
+                    drain(wake_read)
+                elif key.data == "fork server":
+                    self.processes.fork_server.pump()
                 elif key.data is self.connection:
                     self._serve(self.connection, mask)
+            self._watch_fork_server()
             self._reap()
             self._tick()
         return self.exit_code
@@ -160,32 +169,46 @@ class Supervisor:
             self.master.send_signal(signal.SIGTERM)
             self.master_kill_at = time.monotonic() + MASTER_STOP_GRACE
 
+    # ------------------------------------------------------------------ the fork server
+
+    def _start_fork_server(self) -> None:
+        server = self.processes.fork_server
+        server.start()
+        self.selector.register(server.sock, selectors.EVENT_READ, "fork server")
+
+    def _watch_fork_server(self) -> None:
+        """Answer the launches that waited for it once it is ready; when it died, start
+        another (if it had been ready: one that cannot start is not tried again)."""
+        server = self.processes.fork_server
+        if server.state is ServerState.DEAD:
+            self.selector.unregister(server.sock)
+            was_ready = server.ever_ready
+            server.close()
+            if was_ready and not self.stopping and self.fork_server_restarts < MAX_RESTARTS:
+                self.fork_server_restarts += 1
+                self._start_fork_server()
+            else:
+                log.warning("no fork server from now on: instances start as new interpreters")
+        if server.state is not ServerState.STARTING:
+            waiting, self.waiting_launches = self.waiting_launches, []
+            for connection, request in waiting:
+                if connection is self.connection:  # (a new master relaunches what it needs)
+                    self._handle(connection, request)
+
     # ------------------------------------------------------------------ the master
 
     def _start_master(self) -> None:
         self.incarnation += 1
-        ours, theirs = socket.socketpair()
         env = {
             **self.environ,
-            SUPERVISOR_FD_ENV: str(theirs.fileno()),
             SUPERVISOR_PID_ENV: str(os.getpid()),
             INCARNATION_ENV: str(self.incarnation),
-            PARENT_ENV: str(os.getpid()),  # its lifeline: it dies with the supervisor
-            # It serves gRPC; gRPC's fork handlers are not wanted in a process that
-            # forks nothing.
-            "GRPC_ENABLE_FORK_SUPPORT": "false",
         }
-        with open(self.files.log(Role.MASTER), "ab") as out:
-            self.master = subprocess.Popen(
-                [sys.executable, "-m", self.master_module, "--job-dir", str(self.job_dir)],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                close_fds=True,
-                pass_fds=(theirs.fileno(),),
-            )
-        theirs.close()
+        args = ["--job-dir", str(self.job_dir)]
+        log_path = self.files.log(Role.MASTER)
+        self.master, ours = start_talking_child(
+            self.master_module, args, env, log_path, SUPERVISOR_FD_ENV
+        )
         self.connection = MasterConnection(ours)
         self.selector.register(ours, selectors.EVENT_READ, self.connection)
         log.info("master incarnation %d started (pid %d)", self.incarnation, self.master.pid)
@@ -254,6 +277,10 @@ class Supervisor:
     def _finish(self, exit_code: int = 0) -> None:
         """End the workers and PS still running, then the loop."""
         self._end_instances(LEFTOVER_GRACE)
+        server = self.processes.fork_server
+        if server.sock is not None:
+            self.selector.unregister(server.sock)
+        server.stop()
         log.info("supervisor exits")
         self.exit_code = exit_code
 
@@ -283,6 +310,9 @@ class Supervisor:
 
     def _handle(self, connection: MasterConnection, request: dict[str, Any]) -> None:
         op, req = request.get("op"), request.get("req")
+        if op == "launch" and self.processes.fork_server.state is ServerState.STARTING:
+            self.waiting_launches.append((connection, request))
+            return
         try:
             if op == "launch":
                 event = self.processes.launch(request["role"], request["id"], request["env"])
@@ -348,14 +378,6 @@ def _how_it_ended(returncode: int) -> str:
 def _exit_code(returncode: int) -> int:
     """A child's end as an exit code of ours (killed by signal N: 128 + N, as a shell)."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def _drain(sock: socket.socket) -> None:
-    try:
-        while sock.recv(4096):
-            pass
-    except (BlockingIOError, InterruptedError):
-        pass
 
 
 def main() -> None:
