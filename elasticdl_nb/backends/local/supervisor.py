@@ -356,6 +356,10 @@ class Supervisor:
         """SIGTERM every worker and PS, SIGKILL those left after the grace period, and
         report each end as it comes (reaping blocks this loop meanwhile: the master asked
         for it and waits, or it is gone)."""
+        waiting, self.waiting_launches = self.waiting_launches, []
+        for connection, request in waiting:  # (none starts after this)
+            reply = {"op": "reply", "req": request.get("req"), "error": "the job is ending"}
+            connection.send(reply)
         live = self.processes.live()
         for proc in live:
             proc.terminate()
