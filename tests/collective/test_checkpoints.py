@@ -3,6 +3,8 @@ the newest few kept, and the record of which minibatches each one holds kept exa
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from elasticdl_nb.runtime.collective import checkpoints
@@ -20,7 +22,7 @@ def test_the_record_of_applied_minibatches_survives_the_round_trip_as_runs():
 
 
 def test_a_checkpoint_is_written_every_n_steps_and_read_back_whole(tmp_path):
-    writer = CheckpointWriter(tmp_path, every=10, keep=2, member=0)
+    writer = CheckpointWriter(tmp_path, every=10, keep=2, member=0, max_busy_share=1.0)
     applied = Applied(8)
     state = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array(7, np.int64)]
     for step in range(1, 41):
@@ -47,3 +49,29 @@ def test_a_checkpoint_without_its_record_is_not_whole_and_is_passed_over(tmp_pat
     writer.close()
     (tmp_path / "replicas-000000000002.npz").write_bytes(b"half written")
     assert checkpoints.newest(tmp_path, 8).step == 1
+
+
+def test_the_writer_keeps_to_its_share_of_the_time(tmp_path, monkeypatch):
+    """Due every step, a writer whose write takes 20 ms starts one at most every 200 ms
+    with a share of 0.1; with the whole time, one after the other."""
+    savez = np.savez
+
+    def slow_savez(*args):
+        time.sleep(0.02)
+        savez(*args)
+
+    monkeypatch.setattr(checkpoints.np, "savez", slow_savez)
+    started = {}
+    for share in (0.1, 1.0):
+        writer = CheckpointWriter(tmp_path / str(share), every=1, keep=2, member=0,
+                                  max_busy_share=share)  # fmt: skip
+        applied, deadline, step = Applied(8), time.monotonic() + 0.6, 0
+        while time.monotonic() < deadline:
+            step += 1
+            applied.add([(0, 0, 8 * (step - 1))])
+            writer.maybe_save(step, 1, lambda: [np.zeros(4)], applied)
+            time.sleep(0.001)
+        writer.close()
+        started[share] = len(writer.copy_seconds)
+    assert 1 <= started[0.1] <= 4, started  # 0.6 s / (20 ms written + 180 ms idle)
+    assert started[1.0] >= 10, started  # 0.6 s / 20 ms, less the step's own time
