@@ -1,15 +1,14 @@
 """Worker and PS processes of a local job, started and reaped by the job's supervisor
 (`supervisor.py`) on its master's request.
 
-Each instance is a child of the supervisor (so its exit code or signal is known exactly)
-in the supervisor's session, and asks the kernel to kill it if the supervisor dies (see
-`elasticdl_nb.runtime.lifeline`): a job never leaves processes behind, however it ends,
-while a master that dies leaves them running for the next one. The kernel ties that
-signal to the *thread* that forked, so the supervisor forks everything from its one
-thread.
-
-Each is forked by the job's fork server (`forkserver.py`: TensorFlow already imported)
-once it is ready, and started as a new interpreter before that or if it is gone.
+Each instance is forked by the job's fork server (`forkserver.py`: TensorFlow already
+imported), the supervisor's child, once it is ready; before that, or if it is gone, the
+supervisor starts it as a new interpreter of its own. Either way its parent knows its exit
+code or signal exactly and it runs in the supervisor's session, and it asks the kernel to
+kill it if its parent dies (see `elasticdl_nb.runtime.lifeline`; the fork server's own
+lifeline is the supervisor): a job never leaves processes behind, however it ends, while
+a master that dies leaves them running for the next one. The kernel ties that signal to
+the *thread* that forked, so the supervisor forks everything from its one thread.
 
 What happened to each instance is kept here as an event (the fields of
 `runtime.master.site.InstanceEvent`, as a dict: no gRPC in the supervisor), so a master
