@@ -1,0 +1,3 @@
+"""Embedding tables that hold only the rows they have seen (issue 17): `hash_index.py`
+says where each id's row is. The row store, admission, eviction and their checkpoints
+come next (the plan is in issue 16's closing note)."""
