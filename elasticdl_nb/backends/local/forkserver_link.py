@@ -128,7 +128,7 @@ class ForkServerLink:
         request = {"op": "fork", "role": role, "id": instance_id, "env": env, "log": str(log)}
         try:
             self.sock.sendall(encode(request))
-        except (BlockingIOError, OSError) as exc:
+        except OSError as exc:  # (a full socket too: the server stopped reading)
             self._died()
             raise OSError(f"the fork server is gone: {exc}") from None
         deadline = time.monotonic() + FORK_REPLY_TIMEOUT

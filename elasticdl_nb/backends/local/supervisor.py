@@ -74,6 +74,10 @@ class MasterConnection:
         self.outgoing = bytearray()
         self.listening = False  # events go to a master once it has sent a request
 
+    def reply(self, req: int | None, fields: dict[str, Any]) -> None:
+        """The answer to request number `req` (`{"error": ...}` when it failed)."""
+        self.send({"op": "reply", "req": req, **fields})
+
     def send(self, message: dict[str, Any]) -> None:
         self.outgoing += encode(message)
         self.flush()
@@ -336,7 +340,7 @@ class Supervisor:
         except Exception as exc:  # e.g. a launch the OS refused: the master decides
             log.error("%s request failed: %s", op, exc)
             reply = {"error": f"{type(exc).__name__}: {exc}"}
-        connection.send({"op": "reply", "req": req, **reply})
+        connection.reply(req, reply)
 
     def _reap(self) -> None:
         for event in self.processes.reap():
@@ -358,8 +362,7 @@ class Supervisor:
         for it and waits, or it is gone)."""
         waiting, self.waiting_launches = self.waiting_launches, []
         for connection, request in waiting:  # (none starts after this)
-            reply = {"op": "reply", "req": request.get("req"), "error": "the job is ending"}
-            connection.send(reply)
+            connection.reply(request.get("req"), {"error": "the job is ending"})
         live = self.processes.live()
         for proc in live:
             proc.terminate()
