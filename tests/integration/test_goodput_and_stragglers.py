@@ -85,7 +85,7 @@ def test_a_sigkilled_worker_lowers_the_goodput_by_its_slot_s_recovery(job_home):
         f"({final['recovering_s']} of {final['training_s'] + final['recovering_s']} worker-s)"
     )
     assert final["recovering_s"] == pytest.approx(recovery, abs=0.1)
-    assert recovery > 1.0  # a new process imports TensorFlow and traces its step
+    assert recovery > 0.2  # a forked replacement (TensorFlow imported) builds and traces its step
     wanted = final["training_s"] + final["recovering_s"]
     assert final["goodput"] == pytest.approx(1 - final["recovering_s"] / wanted, abs=1e-3)
     assert 0.5 < final["goodput"] < 1.0
