@@ -291,7 +291,7 @@ def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
         ("probe_ids", "worker: ModelRunner.probe_ids (Python: range check, .numpy)"),
         ("train_step", "worker: ModelRunner.train_step (Python: args, grads .numpy)"),
         ("load", "worker: ModelRunner.load (Python)"),
-        ("_load_args", "worker: ModelRunner._load_args"),
+        ("_rows_args", "worker: ModelRunner._rows_args (pulled rows sorted by id)"),
         ("_probe", "worker: probe tf.function"),
         ("_train", "worker: train step, compiled (incl. loading the pulled params)"),
         ("_load", "worker: load tf.function"),
@@ -317,9 +317,13 @@ def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
         ("_step", "PS: step, compiled (apply + read)"),
     ]:
         p.wrap(store, attr, label)
-    rows = getattr(store, "rows", None)
-    if rows is not None and hasattr(rows, "apply"):
-        p.wrap(rows, "apply", "PS: RowOptimizer.apply (embedding rows)")
+    for table in store.tables.values():
+        for attr, label in [
+            ("read", "PS: EmbeddingTable.read (pulled rows, numpy)"),
+            ("states", "PS: EmbeddingTable.states (rows to update, numpy)"),
+            ("write", "PS: EmbeddingTable.write (updated rows, numpy)"),
+        ]:
+            p.wrap(table, attr, label)
     p.wrap(trainer, "_batch_pushed", "worker: report to Reporter (stub)")
 
 

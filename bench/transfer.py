@@ -221,7 +221,7 @@ class OursClient:
 
         self.payload = PushPayload
         self.client = PsClient(lambda: [address], token)
-        self.client.set_model([("w", value, False)])
+        self.client.set_model([("w", value)], [])
         self.client.initialize()
         self.client.exchange(None, {})  # learn the version
         self.client.stubs[0].Checkpoint(pb.Empty(), timeout=120)  # initial save done

@@ -10,6 +10,8 @@ shares. Its layout is written here and nowhere else:
     state.json    the final state, written by the master when the job ends
     events.jsonl  the event journal      logs/         one log per process
     checkpoints/  PS checkpoints         model.keras   the exported model
+                                         model.not-exported  why it is not (tables too
+                                         large for one file)
     replicas/     what each allreduce replica applied (the exactly-once record)
 
 JSON files are written atomically (readers never see half a file).
@@ -82,6 +84,10 @@ class JobDir:
     def model(self) -> Path:
         return self.path / "model.keras"
 
+    @property
+    def model_not_exported(self) -> Path:
+        return not_exported_note(self.model)
+
     def log(self, role: str, index: int = 0) -> Path:
         """The log of one process: `master.log`, `supervisor.log`, `worker-3.log`, `ps-0.log`."""
         name = role if role in (Role.MASTER, SUPERVISOR) else f"{role}-{index}"
@@ -89,6 +95,11 @@ class JobDir:
 
     def log_tail(self, role: str, index: int = 0, lines: int = 30) -> str:
         return log_tail(self.log(role, index), lines)
+
+
+def not_exported_note(model: Path) -> Path:
+    """Where the note that says why there is no model file at `model` goes."""
+    return model.with_name("model.not-exported")
 
 
 def write_json(path: Path, value: Any, private: bool = False) -> None:

@@ -263,6 +263,8 @@ class Job:
         import keras
 
         path = self._files.model
+        if not path.exists() and self._files.model_not_exported.exists():
+            raise NoModelYet(self._files.model_not_exported.read_text().strip())
         if not path.exists():
             raise NoModelYet(
                 f"Job {self.name!r} has no exported model yet (state: "

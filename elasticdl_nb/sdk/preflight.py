@@ -31,6 +31,7 @@ def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) ->
     import tensorflow as tf
 
     from elasticdl_nb.model import load_bundle
+    from elasticdl_nb.runtime.ps.row_optimizer import RowOptimizer
     from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
     from elasticdl_nb.runtime.worker.model_runner import ModelRunner
 
@@ -54,7 +55,11 @@ def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) ->
     except Exception as exc:
         raise fail("reading the first minibatch (feed or data decoding)", exc) from exc
     try:
-        predictions = runner.model(batch.features, training=False)
+        runner.build(batch.features)
+        rows = runner.initial_rows(runner.probe_ids(batch.features))
+        predictions = runner.forward(batch.features, rows)
+    except ContractError:
+        raise
     except Exception as exc:
         raise fail(
             f"the model's forward pass on features of shape {_shape(batch.features)}", exc
@@ -79,14 +84,19 @@ def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) ->
         contract.optimizer()
     except Exception as exc:
         raise fail("optimizer()", exc) from exc
+    if runner.table_defs and not RowOptimizer.supports(contract.optimizer):
+        raise PreflightError(
+            f"{type(contract.optimizer()).__name__} keeps state that is not one value per "
+            "parameter, so it cannot update embedding rows one by one on the parameter "
+            "servers: use SGD, Adam, Adagrad, RMSprop or another per-parameter optimizer."
+        )
     try:
-        runner.build(batch.features)
-        grads = runner.train_step(batch.features, batch.labels)
-        runner.eval_step(batch.features, batch.labels)
+        grads = runner.train_step(batch.features, batch.labels, rows=rows)
+        runner.eval_step(batch.features, batch.labels, rows)
     except ContractError:
         raise
     except Exception as exc:
         raise fail("a gradient step or the evaluation metrics", exc) from exc
-    if not runner.dense_vars and not runner.table_vars:
+    if not runner.dense_vars and not runner.table_defs:
         raise PreflightError("The model has no trainable variables: there is nothing to train.")
-    return {"loss": grads.loss, "variables": len(runner.dense_vars) + len(runner.table_vars)}
+    return {"loss": grads.loss, "variables": len(runner.dense_vars) + len(runner.table_defs)}

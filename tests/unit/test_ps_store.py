@@ -8,17 +8,18 @@ import keras  # noqa: E402
 
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir  # noqa: E402
 from elasticdl_nb.runtime.ps.store import ParameterStore, VariableSpec  # noqa: E402
+from elasticdl_nb.runtime.table_def import Initializer, TableDef  # noqa: E402
+
+ZEROS = Initializer("constant", value=0.0)
+
+
+def _table(rows, dim=4):
+    return TableDef("emb", dim, input_dim=rows, initializer=ZEROS)
 
 
 def _store(num_ps=1, ps_id=0, table_rows=10):
     store = ParameterStore(lambda: keras.optimizers.Adagrad(0.5), ps_id, num_ps, record_ledger=True)
-    rows = len(range(ps_id, table_rows, num_ps))
-    store.init(
-        [
-            VariableSpec("w", np.ones((2, 3), np.float32)),
-            VariableSpec("emb", np.zeros((rows, 4), np.float32), True, table_rows),
-        ]
-    )
+    store.init([VariableSpec("w", np.ones((2, 3), np.float32))], [_table(table_rows)])
     return store
 
 
@@ -119,7 +120,7 @@ def test_only_the_newest_checkpoints_are_kept(tmp_path):
 
 def test_tables_follow_the_optimizer_lazily_row_by_row():
     store = ParameterStore(lambda: keras.optimizers.Adam(0.1), 0, 1)
-    store.init([VariableSpec("emb", np.zeros((300, 2), np.float32), True, 300)])
+    store.init([], [_table(300, dim=2)])
     ones = np.ones((1, 2), np.float32)
     store.push(0, 0, 0, {}, {"emb": (np.array([5]), ones)}, None)
     after_first = store.read_rows("emb", np.array([5, 6]))
@@ -187,7 +188,7 @@ def test_a_restored_shard_has_its_row_proxies_grown_already(tmp_path):
 
 def test_row_proxies_start_as_large_as_a_minibatch():
     store = ParameterStore(lambda: keras.optimizers.Adagrad(0.5), 0, 1, minibatch_size=256)
-    store.init([VariableSpec("emb", np.zeros((1000, 4), np.float32), True, 1000)])
+    store.init([], [_table(1000)])
     generation = store.rows.generation
     ids = np.arange(256)
     store.push(0, 0, 0, {}, {"emb": (ids, np.ones((256, 4), np.float32))}, None)

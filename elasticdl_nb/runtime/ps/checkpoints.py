@@ -1,6 +1,7 @@
 """PS checkpoints on disk: one `.npz` per (shard, version), written atomically, newest kept.
 
-A checkpoint holds the shard's variables, the optimizer's variables (slots, iteration),
+A checkpoint holds the shard's dense variables, its tables (definition, and the ids,
+states and last updates of the rows held), the optimizer's variables (slots, iteration),
 the version, the applied-batch record and the ledger, so a restored shard is exactly the
 shard that wrote it.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from elasticdl_nb.runtime.ps.store import VariableSpec
+from elasticdl_nb.runtime.table_def import TableDef
 
 
 class CheckpointDir:
@@ -28,13 +30,18 @@ class CheckpointDir:
         meta = {
             "version": state["version"],
             "variables": [],
+            "tables": [],
             "applied": [[e, s, keys] for (e, s), keys in state["applied"].items()],
             "ledger": [[e, s, ranges] for (e, s), ranges in state["ledger"].items()],
             "row_rows": state.get("row_rows", []),
         }
         for i, spec in enumerate(state["variables"]):
             arrays[f"var{i}"] = spec.value
-            meta["variables"].append([spec.name, spec.is_table, spec.table_rows])
+            meta["variables"].append(spec.name)
+        for i, (definition, ids, states, updated) in enumerate(state["tables"]):
+            arrays[f"table{i}_ids"], arrays[f"table{i}_states"] = ids, states
+            arrays[f"table{i}_updated"] = updated
+            meta["tables"].append(definition.to_json())
         for i, value in enumerate(state["optimizer"]):
             arrays[f"opt{i}"] = value
         for i, value in enumerate(state["row_optimizer"]):
@@ -63,18 +70,28 @@ class CheckpointDir:
                 with np.load(path) as data:
                     meta = json.loads(data["meta"].tobytes())
                     variables = [
-                        VariableSpec(name, data[f"var{i}"], is_table, rows)
-                        for i, (name, is_table, rows) in enumerate(meta["variables"])
+                        VariableSpec(name, data[f"var{i}"])
+                        for i, name in enumerate(meta["variables"])
+                    ]
+                    tables = [
+                        (
+                            TableDef.from_json(text),
+                            data[f"table{i}_ids"],
+                            data[f"table{i}_states"],
+                            data[f"table{i}_updated"],
+                        )
+                        for i, text in enumerate(meta["tables"])
                     ]
                     n_opt = sum(1 for key in data.files if key.startswith("opt"))
                     optimizer = [data[f"opt{i}"] for i in range(n_opt)]
                     n_row = sum(1 for key in data.files if key.startswith("rowopt"))
                     row_optimizer = [data[f"rowopt{i}"] for i in range(n_row)]
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
             state = {
                 "version": meta["version"],
                 "variables": variables,
+                "tables": tables,
                 "optimizer": optimizer,
                 "row_optimizer": row_optimizer,
                 "applied": {(e, s): keys for e, s, keys in meta["applied"]},

@@ -16,7 +16,8 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk import BulkError
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
-from elasticdl_nb.runtime.ps.store import ParameterStore, Push, VariableSpec
+from elasticdl_nb.runtime.ps.store import ParameterStore, Push, TableError, VariableSpec
+from elasticdl_nb.runtime.table_def import TableDef
 
 
 class ParameterServerService(rpc.ParameterServerServicer):
@@ -30,11 +31,12 @@ class ParameterServerService(rpc.ParameterServerServicer):
         self.bulk_port = 0  # set by the process once its bulk channel listens
 
     def Init(self, request: pb.InitRequest, context) -> pb.InitResponse:
-        specs = [
-            VariableSpec(v.name, to_array(v.value).copy(), v.is_table, v.table_rows)
-            for v in request.variables
-        ]
-        accepted = self.store.init(specs)
+        dense = [VariableSpec(v.name, to_array(v.value).copy()) for v in request.variables]
+        tables = [TableDef.from_json(text) for text in request.tables]
+        try:
+            accepted = self.store.init(dense, tables)
+        except TableError as err:  # (preflight refuses such a job before launch)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         if accepted:
             self._on_update(force=True)  # checkpoint version 0: a restart never starts empty
         return pb.InitResponse(accepted=accepted, version=self.store.version)
@@ -95,8 +97,11 @@ class ParameterServerService(rpc.ParameterServerServicer):
         for name, value in rows.items():
             to_tensor(value, reply.rows[name], out)
         if request.pull_all:
-            for name, value in store.read_tables().items():
-                to_tensor(value, reply.rows[name], out)
+            for name in store.tables:
+                try:
+                    to_tensor(store.read_table(name), reply.rows[name], out)
+                except TableError as err:
+                    raise BulkError(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from err
         return reply, out or []
 
     def GetApplied(self, request: pb.AppliedRequest, context) -> pb.AppliedBatches:

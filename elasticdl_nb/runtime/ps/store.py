@@ -1,4 +1,5 @@
-"""One PS shard's state: its variables, the Keras optimizer that updates them, the model
+"""One PS shard's state: its dense variables, its embedding tables (the rows it owns that
+training has reached, `tables/table.py`), the Keras optimizer that updates them, the model
 version, and the record of which minibatches it has applied.
 
 The applied-batch record is what makes redone work harmless: a minibatch is identified by
@@ -19,16 +20,22 @@ import tensorflow as tf
 
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 from elasticdl_nb.runtime.ps.row_optimizer import RowOptimizer
+from elasticdl_nb.runtime.ps.tables.table import EmbeddingTable
+from elasticdl_nb.runtime.table_def import TableDef
 
 BatchId = tuple[int, int]  # (epoch, source)
 
 
+class TableError(ValueError):
+    """A table cannot be served as asked (the message says why and what to do)."""
+
+
 @dataclass
 class VariableSpec:
+    """A dense variable and its value."""
+
     name: str
     value: np.ndarray
-    is_table: bool = False
-    table_rows: int = 0  # rows of the whole table (tables only)
 
 
 @dataclass
@@ -39,7 +46,7 @@ class Push:
     source: int
     batch_key: int
     dense: dict[str, np.ndarray]
-    tables: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (global ids, rows)
+    tables: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (distinct ids, rows)
     ledger_range: tuple[int, int] | None = None
 
 
@@ -63,95 +70,86 @@ class ParameterStore:
         self.version = 0
         self.initialized = False
         self.dense: dict[str, tf.Variable] = {}
-        self.tables: dict[str, tf.Variable] = {}
-        self.table_rows: dict[str, int] = {}
+        self.tables: dict[str, EmbeddingTable] = {}
         self.applied: dict[BatchId, set[int]] = defaultdict(set)
         self.ledger: dict[BatchId, list[tuple[int, int]]] = defaultdict(list)
         self.duplicates = 0  # pushes dropped because their batch was already applied
 
     # ------------------------------------------------------------------ set-up
 
-    def init(self, specs: list[VariableSpec]) -> bool:
-        """Create the variables from the first worker's values; later calls are ignored."""
+    def init(self, dense: list[VariableSpec], tables: list[TableDef] = ()) -> bool:
+        """Create the variables from the first worker's values and the tables from its
+        definitions; later calls are ignored."""
         with self.lock:
             if self.initialized:
                 return False
-            self._create(specs)
+            self._create(dense, list(tables))
             return True
 
-    def _create(self, specs: list[VariableSpec]) -> None:
-        for spec in sorted(specs, key=lambda s: s.name):
-            var = tf.Variable(spec.value, name=spec.name.replace("/", "_"))
-            if spec.is_table:
-                self.tables[spec.name] = var
-                self.table_rows[spec.name] = spec.table_rows
-            else:
-                self.dense[spec.name] = var
+    def _create(self, dense: list[VariableSpec], tables: list[TableDef]) -> None:
+        if tables and not RowOptimizer.supports(self._make_optimizer):
+            raise TableError(
+                f"{type(self._make_optimizer()).__name__} keeps state that is not one value "
+                "per parameter, so it cannot update embedding rows one by one on the PS: use "
+                "SGD, Adam, Adagrad, RMSprop or another per-parameter optimizer."
+            )
+        for spec in sorted(dense, key=lambda s: s.name):
+            self.dense[spec.name] = tf.Variable(spec.value, name=spec.name.replace("/", "_"))
+        tables = sorted(tables, key=lambda t: t.name)
         self.optimizer = self._make_optimizer()
         self._dense_vars = list(self.dense.values())
-        self._table_vars = list(self.tables.values())
-        # Tables get the optimizer row by row when it allows (see row_optimizer.py);
-        # otherwise the main optimizer updates them whole.
+        self.optimizer.build(self._dense_vars)
         self.rows = (
-            RowOptimizer(self._make_optimizer, self._table_vars, self._expected_rows)
-            if self._table_vars and RowOptimizer.supports(self._make_optimizer)
+            RowOptimizer(
+                self._make_optimizer, [(t.dim, t.dtype) for t in tables], self._expected_rows
+            )
+            if tables
             else None
         )
-        dense_path = self._dense_vars + ([] if self.rows else self._table_vars)
-        self.optimizer.build(dense_path)
+        self.tables = {
+            t.name: EmbeddingTable(t, fresh)
+            for t, fresh in zip(tables, self.rows.fresh_slots if self.rows else [])
+        }
         self._step = self._compile_step()
         self._step_generation = self.rows.generation if self.rows else 0
         self.initialized = True
 
     def _compile_step(self):
-        """One compiled call per request: apply a minibatch's gradients (if any), then read
-        what the worker asked for. Variable reads follow the updates in program order.
-        Compiled once per (has gradients, reads dense) combination."""
-        optimizer, dense_vars, table_vars, rows = (
-            self.optimizer,
-            self._dense_vars,
-            self._table_vars,
-            self.rows,
-        )
+        """One compiled call per request that applies gradients or reads dense variables:
+        apply a minibatch's gradients (if any), then read the dense variables if asked.
+        Compiled once per (has gradients, reads dense) combination; returns (dense values,
+        the touched rows' new states)."""
+        optimizer, dense_vars, rows = self.optimizer, self._dense_vars, self.rows
 
-        def step(grads, read_dense: bool, pull_ids):
+        def step(grads, read_dense: bool):
+            states = []
             if grads is not None:
-                dense_grads, ids, values = grads
-                pairs = list(zip(dense_grads, dense_vars))
+                dense_grads, row_states, row_grads = grads
+                if dense_vars:
+                    optimizer.apply_gradients(list(zip(dense_grads, dense_vars)))
                 if rows:
-                    rows.update(ids, values)
-                else:
-                    pairs += [
-                        (tf.IndexedSlices(v, i, tf.shape(t, tf.int64)), t)
-                        for i, v, t in zip(ids, values, table_vars)
-                    ]
-                if pairs:
-                    optimizer.apply_gradients(pairs)
+                    states = rows.update(row_states, row_grads)
             dense = [tf.identity(v) for v in dense_vars] if read_dense else []
-            return dense, [tf.gather(t, i) for t, i in zip(table_vars, pull_ids)]
+            return dense, states
 
-        id_specs = [tf.TensorSpec([None], tf.int64) for _ in table_vars]
+        definitions = [t.definition for t in self.tables.values()]
         grad_specs = (
             [tf.TensorSpec(v.shape, v.dtype) for v in dense_vars],
-            id_specs,
-            [tf.TensorSpec([None, *t.shape[1:]], t.dtype) for t in table_vars],
+            [tf.TensorSpec([None, t.width], t.definition.dtype) for t in self.tables.values()],
+            [tf.TensorSpec([None, d.dim], d.dtype) for d in definitions],
         )
-
-        def compile_for(has_grads: bool, read_dense: bool) -> CompiledCall:
-            if has_grads:
-                return CompiledCall(
-                    lambda g, ids: step(g, read_dense, ids), [grad_specs, id_specs], "PS step"
-                )
-            return CompiledCall(lambda ids: step(None, read_dense, ids), [id_specs], "PS pull")
-
         # Traced now, before the PS reports ready, rather than on a worker's first request
         # (a relaunched PS would otherwise stall the job a second longer).
-        compiled = {(g, r): compile_for(g, r) for g in (True, False) for r in (True, False)}
+        compiled = {
+            True: CompiledCall(lambda g: step(g, True), [grad_specs], "PS step"),
+            False: CompiledCall(lambda g: step(g, False), [grad_specs], "PS step"),
+        }
+        read = CompiledCall(lambda: step(None, True), [], "PS read")
 
-        def call(grads, read_dense: bool, pull_ids):
-            if grads is None:
-                return compiled[(False, read_dense)](pull_ids)
-            return compiled[(True, read_dense)](grads, pull_ids)
+        def call(grads, read_dense: bool):
+            if grads is not None:
+                return compiled[read_dense](grads)
+            return read() if read_dense else ([], [])
 
         return call
 
@@ -163,55 +161,51 @@ class ParameterStore:
         """Apply `push` unless its minibatch was applied already, then read the rows of
         `pull_ids` (global ids) and, if the version is then newer than `known_version`,
         the dense variables. Returns (applied, version, dense, rows), all as of one moment."""
-        names = list(self.tables)
-        local = [
-            pull_ids[n] // self.num_ps if n in pull_ids else np.zeros([0], np.int64) for n in names
-        ]
         with self.lock:
-            grads = None
+            grads, touched = None, []
             if push is not None:
                 if push.batch_key in self.applied[(push.epoch, push.source)]:
                     self.duplicates += 1
                 else:
-                    grads = self._gradient_args(push)
+                    grads, touched = self._gradient_args(push)
             if grads is not None and self.rows:
-                self.rows.ensure_capacity([len(i) for i in grads[1]])
+                self.rows.ensure_capacity([len(ids) for ids, _ in touched])
                 if self.rows.generation != self._step_generation:
                     self._step = self._compile_step()
                     self._step_generation = self.rows.generation
             read_dense = self.version + (grads is not None) > known_version
-            values, rows = self._step(grads, read_dense, local)
+            values, states = self._step(grads, read_dense)
             if grads is not None:
+                self.version += 1
+                for table, (ids, rows), new in zip(self.tables.values(), touched, states):
+                    table.write(ids, rows, new.numpy(), self.version)
                 self.applied[(push.epoch, push.source)].add(push.batch_key)
                 if self.record_ledger and push.ledger_range is not None:
                     self.ledger[(push.epoch, push.source)].append(push.ledger_range)
-                self.version += 1
             version = self.version
+            pulled = {n: self.tables[n].read(ids) for n, ids in pull_ids.items()}
         dense = {n: v.numpy() for n, v in zip(self.dense, values)}
-        return (
-            grads is not None,
-            version,
-            dense,
-            {n: r.numpy() for n, r in zip(names, rows) if n in pull_ids},
-        )
+        return grads is not None, version, dense, pulled
 
     def _gradient_args(self, push: Push):
+        """The compiled step's gradient arguments, and per table the (ids, row numbers)
+        whose new states it returns."""
         dense = [
             push.dense[name]
             if name in push.dense
             else np.zeros(var.shape, var.dtype.as_numpy_dtype)
             for name, var in self.dense.items()
         ]
-        ids, values = [], []
-        for name, var in self.tables.items():
-            if name in push.tables:
-                global_ids, rows = push.tables[name]
-                ids.append(global_ids // self.num_ps)
-                values.append(rows)
-            else:
-                ids.append(np.zeros((0,), np.int64))
-                values.append(np.zeros((0, var.shape[1]), var.dtype.as_numpy_dtype))
-        return dense, ids, values
+        states, values, touched = [], [], []
+        for name, table in self.tables.items():
+            ids, rows = push.tables.get(name, (np.zeros(0, np.int64), None))
+            if rows is None:
+                rows = np.zeros((0, table.dim), table.definition.dtype)
+            numbers, current = table.states(ids)
+            touched.append((np.asarray(ids, np.int64), numbers))
+            states.append(current)
+            values.append(rows)
+        return (dense, states, values), touched
 
     def push(
         self,
@@ -238,9 +232,18 @@ class ParameterStore:
     def read_rows(self, table: str, global_ids: np.ndarray) -> np.ndarray:
         return self.read(False, {table: global_ids})[1][table]
 
-    def read_tables(self) -> dict[str, np.ndarray]:
+    def read_table(self, name: str) -> np.ndarray:
+        """This shard's part of a whole table (ids `ps_id`, `ps_id + num_ps`, ... below its
+        `input_dim`), for an export into a Keras model."""
         with self.lock:
-            return {name: var.numpy() for name, var in self.tables.items()}
+            table = self.tables[name]
+            if not table.definition.input_dim:
+                raise TableError(
+                    f"table '{name}' has no input_dim: its ids may be any int64, so it "
+                    "has no whole form to export into a Keras Embedding."
+                )
+            ids = np.arange(self.ps_id, table.definition.input_dim, self.num_ps, dtype=np.int64)
+            return table.read(ids)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -249,10 +252,8 @@ class ParameterStore:
         with self.lock:
             return {
                 "version": self.version,
-                "variables": [
-                    VariableSpec(n, v.numpy(), n in self.tables, self.table_rows.get(n, 0))
-                    for n, v in {**self.dense, **self.tables}.items()
-                ],
+                "variables": [VariableSpec(n, v.numpy()) for n, v in self.dense.items()],
+                "tables": [(t.definition, *t.items()) for t in self.tables.values()],
                 "optimizer": [v.numpy() for v in self.optimizer.variables],
                 "row_optimizer": self.rows.state() if self.rows else [],
                 "row_rows": self.rows.rows_wanted() if self.rows else [],
@@ -262,9 +263,11 @@ class ParameterStore:
 
     def restore(self, state: dict) -> None:
         with self.lock:
-            self._create(state["variables"])
+            self._create(state["variables"], [t[0] for t in state["tables"]])
             for var, value in zip(self.optimizer.variables, state["optimizer"], strict=True):
                 var.assign(value)
+            for definition, ids, states, updated in state["tables"]:
+                self.tables[definition.name].load(ids, states, updated)
             if self.rows:
                 self.rows.restore(state["row_optimizer"])
                 # Proxies as large as before the restart, so the first push after it does

@@ -1,12 +1,47 @@
-"""The export task's file: the whole trained Keras model where the master asked for it."""
+"""The export task's file: the whole trained Keras model where the master asked for it,
+or, when its embedding tables are too large for one file, a note saying so."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
+import numpy as np
+
+from elasticdl_nb.runtime.job_dir import not_exported_note
+from elasticdl_nb.runtime.table_def import TableDef
+
 log = logging.getLogger("elasticdl_nb.worker")
+
+# Whole tables above this go into no `.keras` file: the exporting worker would hold them
+# all at once, and so would every notebook that loads the model.
+WHOLE_TABLES_MAX_BYTES = 2 << 30
+
+
+def whole_tables_bytes(tables: list[TableDef]) -> float:
+    """What the model's tables take whole (infinite for one whose ids are any int64)."""
+    return sum(
+        t.input_dim * t.dim * np.dtype(t.dtype).itemsize if t.input_dim else math.inf
+        for t in tables
+    )
+
+
+def note_not_exported(path: Path, tables: list[TableDef]) -> None:
+    """Leave, instead of the model file, why there is none (`Job.model()` reads it)."""
+    sizes = ", ".join(
+        f"'{t.name}' {t.input_dim:,} rows" if t.input_dim else f"'{t.name}' any int64 ids"
+        for t in tables
+    )
+    reason = (
+        f"The model's embedding tables ({sizes}) take {whole_tables_bytes(tables) / 2**30:.1f} "
+        f"GiB whole, more than the {WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB a Keras model "
+        "file is written for, so no model.keras was exported: its rows are in the PS "
+        "checkpoints under checkpoints/."
+    )
+    not_exported_note(path).write_text(reason + "\n")
+    log.info("%s", reason)
 
 
 def save_model(model, path: Path, worker_id: int) -> None:

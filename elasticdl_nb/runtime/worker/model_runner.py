@@ -1,19 +1,23 @@
 """The user's Keras model inside a worker, and the compiled steps a worker runs on it.
 
-Embedding tables (every `keras.layers.Embedding`) live on the PS, split by row; a worker
-keeps a full-size local copy but only the rows of the current minibatch are fresh. To know
-which rows to pull *before* the step, `probe_ids` runs the model in a mode where each
-Embedding layer records its input ids and returns zeros: compiled, everything but the
-id computation is pruned, so it costs little. Dense variables are pulled whole when the PS
+Embedding tables (every `keras.layers.Embedding`) live on the PS only: a worker holds no
+table (`tables.py` builds each layer with a one-row placeholder), only the rows of the
+minibatches in flight. A step is given each table's pulled (sorted ids, rows) as
+arguments, and the layer finds its inputs' rows among them by binary search. To know which
+rows to pull *before* the step, `probe_ids` runs the model in a mode where each Embedding
+layer records its input ids and returns zeros: compiled, everything but the id
+computation is pruned, so it costs little. Dense variables are pulled whole when the PS
 version changed.
 
-Gradients leave as NumPy: dense ones per variable, table ones as (unique row ids, summed
-rows) — the sparse `IndexedSlices` Keras produces for lookups, deduplicated.
+Gradients leave as NumPy: dense ones per variable, table ones as (the pulled ids, the
+summed gradient of each) — the gradient with respect to the pulled rows themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +28,10 @@ import tensorflow as tf
 from elasticdl_nb.model.contract import ContractError, ModelContract
 from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
+from elasticdl_nb.runtime.table_def import initial_rows
+from elasticdl_nb.runtime.worker.tables import embeddings_without_tables, holds_no_table, table_def
+
+log = logging.getLogger("elasticdl_nb.worker")
 
 
 @dataclass
@@ -50,7 +58,8 @@ def _unique_names(variables) -> list[str]:
 class ModelRunner:
     def __init__(self, contract: ModelContract):
         self.contract = contract
-        self.model = model = contract.build_model()
+        with embeddings_without_tables():
+            self.model = model = contract.build_model()
         self._tables = [
             layer
             for layer in model._flatten_layers(include_self=False)
@@ -58,12 +67,12 @@ class ModelRunner:
         ]
         self._probing = False
         self._probed: dict[int, list] = {}
+        self._serving: list | None = None  # per table (sorted ids, rows) during a step
         for index, layer in enumerate(self._tables):
             self._patch_embedding(index, layer)
         self.built = False
 
     def _patch_embedding(self, index: int, layer) -> None:
-        original = layer.call
         runner = self
 
         def call(inputs, *args, **kwargs):
@@ -71,24 +80,54 @@ class ModelRunner:
                 runner._probed.setdefault(index, []).append(inputs)
                 shape = tf.concat([tf.shape(inputs), [layer.output_dim]], 0)
                 return tf.zeros(shape, dtype=layer.compute_dtype)
-            return original(inputs, *args, **kwargs)
+            if runner._serving is None:
+                raise RuntimeError(
+                    "an Embedding's rows are on the parameter servers: call the model "
+                    "through ModelRunner's steps, which bring them"
+                )
+            ids, rows = runner._serving[index]
+            flat = tf.reshape(tf.cast(inputs, tf.int64), [-1])
+            found = tf.gather(rows, tf.searchsorted(ids, flat))
+            out = tf.reshape(found, tf.concat([tf.shape(inputs), [layer.output_dim]], 0))
+            return tf.cast(out, layer.compute_dtype)
 
         layer.call = call
+
+    @contextmanager
+    def _rows_in_use(self, ids, rows) -> Iterator[None]:
+        """Serve these pulled rows to the Embedding layers while the model runs (at trace
+        time inside a compiled step: the tensors are then the step's arguments)."""
+        self._serving = list(zip(ids, rows))
+        try:
+            yield
+        finally:
+            self._serving = None
 
     # ------------------------------------------------------------------ building
 
     def build(self, features: Any) -> None:
         """Create the variables (by calling the model once) and compile the steps."""
-        self.model(features, training=False)
-        table_vars = [layer.embeddings for layer in self._tables]
-        table_ids = {id(v) for v in table_vars}
-        dense_vars = [v for v in self.model.trainable_variables if id(v) not in table_ids]
-        names = _unique_names(dense_vars + table_vars)
+        self._probing = True  # the first call builds the layers: no rows needed for that
+        try:
+            self.model(features, training=False)
+        finally:
+            self._probing = False
+        placeholders = {id(layer._embeddings) for layer in self._tables}
+        dense_vars = [v for v in self.model.trainable_variables if id(v) not in placeholders]
+        names = _unique_names(dense_vars + [layer._embeddings for layer in self._tables])
         self.dense_vars = dense_vars
         self.dense_names = names[: len(dense_vars)]
-        self.table_vars = table_vars
         self.table_names = names[len(dense_vars) :]
-        self.table_rows = {n: int(v.shape[0]) for n, v in zip(self.table_names, table_vars)}
+        self.table_defs = [
+            table_def(name, layer) for name, layer in zip(self.table_names, self._tables)
+        ]
+        for name, layer in zip(self.table_names, self._tables):
+            if not holds_no_table(layer):
+                log.warning(
+                    "Embedding '%s' was created outside custom_model() and holds its whole "
+                    "table in this worker; its rows are still trained on the PS",
+                    name,
+                )
         self.metrics = make_eval_metrics(self.contract)
         self._last_dense = [np.asarray(v.numpy()) for v in dense_vars]
         self._compile()
@@ -96,9 +135,8 @@ class ModelRunner:
 
     def _compile(self) -> None:
         model, loss_fn = self.model, self.contract.loss
-        dense_vars, table_vars = self.dense_vars, self.table_vars
+        dense_vars, defs = self.dense_vars, self.table_defs
         metrics = list(self.metrics.values())
-        tables = self._tables
 
         def find_ids(features):
             self._probed = {}
@@ -108,7 +146,7 @@ class ModelRunner:
             finally:
                 self._probing = False
             out = []
-            for index in range(len(tables)):
+            for index in range(len(defs)):
                 seen = [tf.reshape(tf.cast(x, tf.int64), [-1]) for x in self._probed.get(index, [])]
                 ids = tf.concat(seen, 0) if seen else tf.zeros([0], tf.int64)
                 out.append(tf.unique(ids)[0])
@@ -118,107 +156,137 @@ class ModelRunner:
         def probe(features):
             return find_ids(features)
 
-        def load_into_model(dense_values, ids, rows):
-            if dense_values is not None:
-                for var, value in zip(dense_vars, dense_values):
-                    var.assign(value)
-            for var, i, r in zip(table_vars, ids, rows):
-                var.value.scatter_update(tf.IndexedSlices(r, i))
+        def load_dense(dense_values):
+            for var, value in zip(dense_vars, dense_values):
+                var.assign(value)
 
         @tf.function(reduce_retracing=True)
-        def load(dense_values, ids, rows):
-            load_into_model(dense_values, ids, rows)
+        def load(dense_values):
+            load_dense(dense_values)
 
         def train(features, labels, dense_values, ids, rows, probe_features):
             # Loading the pulled parameters and probing a later minibatch's ids in the
             # same call saves two rounds of Python dispatch per step.
-            load_into_model(dense_values, ids, rows)
-            with tf.GradientTape() as tape:
+            load_dense(dense_values)
+            with tf.GradientTape() as tape, self._rows_in_use(ids, rows):
+                tape.watch(rows)
                 predictions = model(features, training=True)
                 loss = loss_fn(labels, predictions)
                 if model.losses:
                     loss = loss + tf.add_n(model.losses)
-            grads = tape.gradient(loss, dense_vars + table_vars)
+            grads = tape.gradient(loss, dense_vars + list(rows))
             dense = [
                 tf.zeros_like(v.value) if g is None else tf.convert_to_tensor(g)
                 for g, v in zip(grads[: len(dense_vars)], dense_vars)
             ]
             ids_out, rows_out = [], []
-            for g, v in zip(grads[len(dense_vars) :], table_vars):
-                if g is None:
+            for g, table_ids, table_rows, d in zip(grads[len(dense_vars) :], ids, rows, defs):
+                if g is None:  # the table was not used
                     ids_out.append(tf.zeros([0], tf.int64))
-                    rows_out.append(tf.zeros([0, v.shape[1]], v.dtype))
-                    continue
-                if not isinstance(g, tf.IndexedSlices):  # used densely somewhere: keep rows
-                    g = tf.IndexedSlices(g, tf.range(tf.shape(g)[0]))
-                unique, position = tf.unique(tf.cast(g.indices, tf.int64))
-                ids_out.append(unique)
-                rows_out.append(tf.math.unsorted_segment_sum(g.values, position, tf.size(unique)))
+                    rows_out.append(tf.zeros([0, d.dim], d.dtype))
+                elif isinstance(g, tf.IndexedSlices):  # one slice per lookup: sum per id
+                    ids_out.append(table_ids)
+                    rows_out.append(
+                        tf.math.unsorted_segment_sum(g.values, g.indices, tf.shape(table_rows)[0])
+                    )
+                else:
+                    ids_out.append(table_ids)
+                    rows_out.append(g)
             return loss, dense, ids_out, rows_out, find_ids(probe_features)
 
         @tf.function(reduce_retracing=True)
-        def evaluate(features, labels):
-            predictions = model(features, training=False)
+        def evaluate(features, labels, ids, rows):
+            with self._rows_in_use(ids, rows):
+                predictions = model(features, training=False)
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
-        self._probe, self._evaluate, self._load = probe, evaluate, load
+        @tf.function(reduce_retracing=True)
+        def forward(features, ids, rows):
+            with self._rows_in_use(ids, rows):
+                return model(features, training=False)
+
+        self._probe, self._evaluate, self._load, self._forward = probe, evaluate, load, forward
         self._train_fn, self._train = train, None  # compiled at the first step (see there)
 
     # ------------------------------------------------------------------ parameters
 
-    def variable_values(self) -> list[tuple[str, np.ndarray, bool]]:
-        """(name, value, is_table) of every trainable variable, for initializing the PS."""
-        return [
-            (n, np.asarray(v.numpy()), False) for n, v in zip(self.dense_names, self.dense_vars)
-        ] + [(n, np.asarray(v.numpy()), True) for n, v in zip(self.table_names, self.table_vars)]
+    def variable_values(self) -> list[tuple[str, np.ndarray]]:
+        """(name, value) of every dense trainable variable, for initializing the PS."""
+        return [(n, np.asarray(v.numpy())) for n, v in zip(self.dense_names, self.dense_vars)]
 
     def probe_ids(self, features: Any) -> dict[str, np.ndarray]:
         """The embedding rows a step on `features` looks up, per table."""
-        if not self.table_vars:
+        if not self.table_defs:
             return {}
         return self._checked_ids(self._probe(features))
 
     def _checked_ids(self, ids) -> dict[str, np.ndarray]:
         out = {}
-        for name, table_ids in zip(self.table_names, ids):
+        for d, table_ids in zip(self.table_defs, ids):
             table_ids = table_ids.numpy()
-            rows = self.table_rows[name]
-            if table_ids.size and (table_ids.min() < 0 or table_ids.max() >= rows):
+            rows = d.input_dim
+            if rows and table_ids.size and (table_ids.min() < 0 or table_ids.max() >= rows):
                 bad = table_ids[(table_ids < 0) | (table_ids >= rows)][0]
                 raise ContractError(
-                    f"Embedding '{name}' looked up id {bad}, outside its "
+                    f"Embedding '{d.name}' looked up id {bad}, outside its "
                     f"{rows} rows: raise input_dim or hash the ids into range."
                 )
-            out[name] = table_ids
+            out[d.name] = table_ids
         return out
 
-    def _load_args(
-        self,
-        dense: Mapping[str, np.ndarray] | None,
-        rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None,
-    ):
-        dense_values = [dense[n] for n in self.dense_names] if dense else None
+    def initial_rows(self, ids: Mapping[str, np.ndarray]) -> dict[str, tuple]:
+        """The rows `ids` start as, as a PS that has trained none of them serves them (for
+        running the model before any PS is up: the preflight check)."""
+        return {d.name: (ids[d.name], initial_rows(d, ids[d.name])) for d in self.table_defs}
+
+    def _rows_args(self, rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None):
+        """Per table: pulled ids sorted (the layers search them) and their rows."""
         ids, values = [], []
-        for name, var in zip(self.table_names, self.table_vars):
-            if rows and name in rows:
-                ids.append(rows[name][0])
-                values.append(rows[name][1])
+        for d in self.table_defs:
+            if rows and d.name in rows:
+                table_ids, table_rows = rows[d.name]
+                order = np.argsort(table_ids, kind="stable")
+                ids.append(np.ascontiguousarray(table_ids[order]))
+                values.append(np.ascontiguousarray(table_rows[order]))
             else:
                 ids.append(np.zeros([0], np.int64))
-                values.append(np.zeros([0, var.shape[1]], var.dtype))
-        return dense_values, ids, values
+                values.append(np.zeros([0, d.dim], d.dtype))
+        return ids, values
 
-    def load(
-        self,
-        dense: Mapping[str, np.ndarray] | None,
-        rows: Mapping[str, tuple[np.ndarray, np.ndarray]] | None,
-    ) -> None:
-        """Put pulled parameters into the local model."""
-        dense_values, ids, values = self._load_args(dense, rows)
-        if dense_values is not None:
-            self._last_dense = dense_values  # what the model holds now
-        self._load(dense_values, ids, values)
+    def load(self, dense: Mapping[str, np.ndarray] | None) -> None:
+        """Put pulled dense variables into the local model (tables have no local copy)."""
+        if dense:
+            self._last_dense = [dense[n] for n in self.dense_names]  # what the model holds now
+            self._load(self._last_dense)
+
+    def forward(self, features: Any, rows: Mapping[str, tuple[np.ndarray, np.ndarray]]):
+        """The model's predictions on `features`, its Embeddings reading `rows`."""
+        return self._forward(features, *self._rows_args(rows))
+
+    def full_model(
+        self, features: Any, dense: Mapping[str, np.ndarray], tables: Mapping[str, np.ndarray]
+    ):
+        """A model with whole tables (for export): built afresh from `custom_model()`, its
+        dense variables set to `dense`, each Embedding's table to `tables`' array, and its
+        non-trainable state (normalization statistics) to this worker's."""
+        model = self.contract.build_model()
+        model(features, training=False)
+        layers = [
+            layer
+            for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, keras.layers.Embedding)
+        ]
+        table_ids = {id(layer.embeddings) for layer in layers}
+        dense_vars = [v for v in model.trainable_variables if id(v) not in table_ids]
+        for var, name in zip(dense_vars, self.dense_names, strict=True):
+            var.assign(dense[name])
+        for layer, name in zip(layers, self.table_names, strict=True):
+            layer.embeddings.assign(tables[name])
+        mine = self.model.non_trainable_variables
+        for var, value in zip(model.non_trainable_variables, mine, strict=True):
+            var.assign(value)
+        return model
 
     # ------------------------------------------------------------------ steps
 
@@ -239,8 +307,8 @@ class ModelRunner:
             feature_spec,
             tf.nest.map_structure(batch_spec, labels),
             [tf.TensorSpec(v.shape, v.dtype) for v in self.dense_vars],
-            [tf.TensorSpec([None], tf.int64) for _ in self.table_vars],
-            [tf.TensorSpec([None, v.shape[1]], v.dtype) for v in self.table_vars],
+            [tf.TensorSpec([None], tf.int64) for _ in self.table_defs],
+            [tf.TensorSpec([None, d.dim], d.dtype) for d in self.table_defs],
             feature_spec,
         ]
         self._train = CompiledCall(self._train_fn, signature, "train step")
@@ -257,11 +325,12 @@ class ModelRunner:
         `probe_features`, also the ids a later step needs (in `Gradients.next_ids`)."""
         if self._train is None:
             self._compile_train(features, labels)
-        dense_values, ids, values = self._load_args(dense, rows)
-        if dense_values is None:  # nothing new: the same values again keep one signature
-            dense_values = self._last_dense
-        self._last_dense = dense_values
-        wants_ids = probe_features is not None and bool(self.table_vars)
+        if dense:
+            self._last_dense = [dense[n] for n in self.dense_names]
+        # (nothing new: the same values again keep one signature)
+        dense_values = self._last_dense
+        ids, values = self._rows_args(rows)
+        wants_ids = probe_features is not None and bool(self.table_defs)
         if not wants_ids:  # an empty minibatch probes nothing
             probe_features = tf.nest.map_structure(lambda x: np.asarray(x)[:0], features)
         loss, dense_grads, grad_ids, grad_rows, probed = self._train(
@@ -274,5 +343,8 @@ class ModelRunner:
             self._checked_ids(probed) if wants_ids else {},
         )
 
-    def eval_step(self, features: Any, labels: Any) -> None:
-        self._evaluate(features, labels)
+    def eval_step(
+        self, features: Any, labels: Any, rows: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    ) -> None:
+        """Update the evaluation metrics on a minibatch, its Embeddings reading `rows`."""
+        self._evaluate(features, labels, *self._rows_args(rows))

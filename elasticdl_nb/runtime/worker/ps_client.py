@@ -39,6 +39,7 @@ from elasticdl_nb.runtime.protocol.patience import (
     wrong_peer,
 )
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
+from elasticdl_nb.runtime.table_def import TableDef
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -107,9 +108,9 @@ class PsClient:
             ThreadPoolExecutor(1, thread_name_prefix=f"ps{i}") for i in range(self.num_ps)
         ]
         self.incarnations = [0] * self.num_ps
-        self._variables: list[tuple[str, np.ndarray, bool]] = []
+        self._variables: list[tuple[str, np.ndarray]] = []
+        self.tables: list[TableDef] = []
         self.dense_placement: dict[str, int] = {}
-        self.table_rows: dict[str, int] = {}
         # The newest dense values of every shard: a shard whose version did not move sends
         # nothing, but the model is loaded whole.
         self.dense_values: dict[str, np.ndarray] = {}
@@ -159,32 +160,22 @@ class PsClient:
 
     # ------------------------------------------------------------------ set-up
 
-    def set_model(self, variables: list[tuple[str, np.ndarray, bool]]) -> None:
-        self._variables = variables
-        self.dense_placement = place_dense(
-            [(n, v.nbytes) for n, v, is_table in variables if not is_table], self.num_ps
-        )
-        self.table_rows = {n: v.shape[0] for n, v, is_table in variables if is_table}
+    def set_model(self, variables: list[tuple[str, np.ndarray]], tables: list[TableDef]) -> None:
+        """The model's dense variables (name, initial value) and its embedding tables."""
+        self._variables, self.tables = variables, tables
+        self.dense_placement = place_dense([(n, v.nbytes) for n, v in variables], self.num_ps)
         self._shard_dense_bytes = [0] * self.num_ps
-        for name, value, is_table in variables:
-            if not is_table:
-                self._shard_dense_bytes[self.dense_placement[name]] += value.nbytes
+        for name, value in variables:
+            self._shard_dense_bytes[self.dense_placement[name]] += value.nbytes
 
     def _init_request(self, ps: int, variables) -> pb.InitRequest:
-        request = pb.InitRequest()
-        for name, value, is_table in variables:
-            if is_table:
-                request.variables.add(
-                    name=name,
-                    is_table=True,
-                    table_rows=value.shape[0],
-                    value=to_tensor(value[ps :: self.num_ps]),
-                )
-            elif self.dense_placement[name] == ps:
+        request = pb.InitRequest(tables=[t.to_json() for t in self.tables])
+        for name, value in variables:
+            if self.dense_placement[name] == ps:
                 request.variables.add(name=name, value=to_tensor(value))
         return request
 
-    def initialize(self, variables: list[tuple[str, np.ndarray, bool]] | None = None) -> None:
+    def initialize(self, variables: list[tuple[str, np.ndarray]] | None = None) -> None:
         """Offer initial values to every shard; a shard keeps the first values it gets."""
         for ps in range(self.num_ps):
             self._call(
@@ -306,14 +297,14 @@ class PsClient:
                 np.concatenate(split_ids(ids, self.num_ps)),
                 np.concatenate(shard_rows(name)),
             )
-        if pull_all:
-            for name, total in self.table_rows.items():
-                shards = shard_rows(name)
-                table = np.empty((total, shards[0].shape[1]), shards[0].dtype)
+        if pull_all:  # whole tables: shard `ps` sent ids ps, ps + num_ps, ...
+            for definition in self.tables:
+                shards, total = shard_rows(definition.name), definition.input_dim
+                table = np.empty((total, definition.dim), shards[0].dtype)
                 for ps, shard in enumerate(shards):
                     assert shard.shape[0] == rows_on_shard(total, ps, self.num_ps)
                     table[ps :: self.num_ps] = shard
-                rows[name] = (np.arange(total, dtype=np.int64), table)
+                rows[definition.name] = (np.arange(total, dtype=np.int64), table)
         return (dict(self.dense_values) if changed else None), rows
 
     # ------------------------------------------------------------------ calls

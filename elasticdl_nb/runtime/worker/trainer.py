@@ -25,7 +25,12 @@ from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol.patience import PeerUnreachable, WrongPeer
 from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
-from elasticdl_nb.runtime.worker.export import save_model
+from elasticdl_nb.runtime.worker.export import (
+    WHOLE_TABLES_MAX_BYTES,
+    note_not_exported,
+    save_model,
+    whole_tables_bytes,
+)
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -95,12 +100,15 @@ class Trainer:
         if self.runner.built:
             return
         self.runner.build(features)
-        self.ps.set_model(self.runner.variable_values())
+        self.ps.set_model(self.runner.variable_values(), self.runner.table_defs)
         self.ps.initialize()
 
-    def _pull_into_model(self, features) -> None:
-        """Load the parameters a step on `features` needs (evaluation)."""
-        self.runner.load(*self._start(None, self.runner.probe_ids(features)).result())
+    def _pull(self, features) -> dict:
+        """Load the dense parameters a step on `features` needs into the model, and return
+        its rows (evaluation)."""
+        dense, rows = self._start(None, self.runner.probe_ids(features)).result()
+        self.runner.load(dense)
+        return rows
 
     # ------------------------------------------------------------------ tasks
 
@@ -200,7 +208,7 @@ class Trainer:
         if computed is None:
             return False
         # What comes back keeps the local model current.
-        self.runner.load(*self._start(computed.push, {}).result())
+        self.runner.load(self._start(computed.push, {}).result()[0])
         self._applied(computed, wait=True)
         return True
 
@@ -220,14 +228,19 @@ class Trainer:
         r = task.range
         for batch in self.eval_batches.batches(r.source, r.start, r.end, Mode.EVALUATION):
             self._ensure_built(batch.features)
-            self._pull_into_model(batch.features)
-            self.runner.eval_step(batch.features, batch.labels)
+            rows = self._pull(batch.features)
+            self.runner.eval_step(batch.features, batch.labels, rows)
         self.reporter.task_done(task.task_id, take_metric_states(self.runner.metrics))
 
     def _export(self, task: pb.Task) -> None:
-        if not self.runner.built:
-            self._ensure_built(first_batch(self.train_batches, Mode.TRAINING).features)
+        features = first_batch(self.train_batches, Mode.TRAINING).features
+        self._ensure_built(features)
+        if whole_tables_bytes(self.runner.table_defs) > WHOLE_TABLES_MAX_BYTES:
+            note_not_exported(Path(task.export_path), self.runner.table_defs)
+            self.reporter.task_done(task.task_id)
+            return
         dense, rows = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
-        self.runner.load(dense, rows)
-        save_model(self.runner.model, Path(task.export_path), self.worker_id)
+        tables = {name: table for name, (_, table) in rows.items()}
+        model = self.runner.full_model(features, dense, tables)
+        save_model(model, Path(task.export_path), self.worker_id)
         self.reporter.task_done(task.task_id)

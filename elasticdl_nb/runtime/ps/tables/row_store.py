@@ -69,9 +69,9 @@ class RowStore:
         """The id each row belongs to (what `HashIndex` compares against)."""
         return self._take(self._ids, rows, (), np.int64)
 
-    def touch(self, rows: np.ndarray, version: int) -> None:
-        """The rows were updated at model version `version`."""
-        self._put(self._updated, rows, np.full(len(rows), version, np.int64))
+    def touch(self, rows: np.ndarray, version: int | np.ndarray) -> None:
+        """The rows were updated at model version `version` (one for all, or one each)."""
+        self._put(self._updated, rows, np.broadcast_to(np.asarray(version, np.int64), len(rows)))
 
     def last_update(self, rows: np.ndarray) -> np.ndarray:
         return self._take(self._updated, rows, (), np.int64)
