@@ -94,7 +94,9 @@ _HINTS = {
 
 def install_elasticdl_compat() -> None:
     """Let unchanged ElasticDL model-zoo files `from elasticdl.python.common.constants
-    import Mode` without ElasticDL installed."""
+    import Mode` and `from elasticdl.python.elasticdl.layers.embedding import Embedding`
+    without ElasticDL installed (the layer is `elasticdl_nb.layers.Embedding`, imported
+    when a file asks for it: it brings Keras)."""
     if "elasticdl" in sys.modules:
         return
     try:
@@ -103,17 +105,28 @@ def install_elasticdl_compat() -> None:
         return
     except ImportError:
         pass
-    path = [
-        "elasticdl",
-        "elasticdl.python",
-        "elasticdl.python.common",
-        "elasticdl.python.common.constants",
+    paths = [
+        ["elasticdl", "elasticdl.python", "elasticdl.python.common"],
+        ["elasticdl.python.common.constants"],
+        ["elasticdl.python.elasticdl", "elasticdl.python.elasticdl.layers"],
+        ["elasticdl.python.elasticdl.layers.embedding"],
     ]
-    for name in path:
+    for name in [name for path in paths for name in path]:
         module = types.ModuleType(name)
         module.__path__ = []  # a package, so the next level can be imported
         sys.modules[name] = module
-    constants = sys.modules["elasticdl.python.common.constants"]
-    constants.Mode = Mode
-    for parent, child in zip(path, path[1:]):
-        setattr(sys.modules[parent], child.rsplit(".", 1)[1], sys.modules[child])
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+    sys.modules["elasticdl.python.common.constants"].Mode = Mode
+
+    def embedding_module_attribute(name: str):
+        if name != "Embedding":
+            raise AttributeError(name)
+        from elasticdl_nb.layers import Embedding
+
+        return Embedding
+
+    sys.modules[
+        "elasticdl.python.elasticdl.layers.embedding"
+    ].__getattr__ = embedding_module_attribute

@@ -29,7 +29,13 @@ from elasticdl_nb.model.contract import ContractError, ModelContract
 from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 from elasticdl_nb.runtime.table_def import initial_rows
-from elasticdl_nb.runtime.worker.tables import embeddings_without_tables, holds_no_table, table_def
+from elasticdl_nb.runtime.worker.tables import (
+    assemble,
+    embeddings_without_tables,
+    holds_no_table,
+    lookup_ids,
+    table_def,
+)
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -76,20 +82,17 @@ class ModelRunner:
         runner = self
 
         def call(inputs, *args, **kwargs):
+            ids = lookup_ids(layer, inputs)
             if runner._probing:
-                runner._probed.setdefault(index, []).append(inputs)
-                shape = tf.concat([tf.shape(inputs), [layer.output_dim]], 0)
-                return tf.zeros(shape, dtype=layer.compute_dtype)
+                runner._probed.setdefault(index, []).append(ids)
+                return assemble(layer, inputs, tf.zeros([tf.size(ids), layer.output_dim]))
             if runner._serving is None:
                 raise RuntimeError(
                     "an Embedding's rows are on the parameter servers: call the model "
                     "through ModelRunner's steps, which bring them"
                 )
-            ids, rows = runner._serving[index]
-            flat = tf.reshape(tf.cast(inputs, tf.int64), [-1])
-            found = tf.gather(rows, tf.searchsorted(ids, flat))
-            out = tf.reshape(found, tf.concat([tf.shape(inputs), [layer.output_dim]], 0))
-            return tf.cast(out, layer.compute_dtype)
+            pulled_ids, rows = runner._serving[index]
+            return assemble(layer, inputs, tf.gather(rows, tf.searchsorted(pulled_ids, ids)))
 
         layer.call = call
 
@@ -147,7 +150,7 @@ class ModelRunner:
                 self._probing = False
             out = []
             for index in range(len(defs)):
-                seen = [tf.reshape(tf.cast(x, tf.int64), [-1]) for x in self._probed.get(index, [])]
+                seen = self._probed.get(index, [])
                 ids = tf.concat(seen, 0) if seen else tf.zeros([0], tf.int64)
                 out.append(tf.unique(ids)[0])
             return out

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import keras
+import tensorflow as tf
 
 from elasticdl_nb.model.contract import ContractError
 from elasticdl_nb.runtime.table_def import Initializer, TableDef
@@ -47,7 +48,23 @@ def embeddings_without_tables() -> Iterator[None]:
 def holds_no_table(layer) -> bool:
     """Whether `layer` was built with the placeholder (one created outside
     `embeddings_without_tables` holds its whole table)."""
-    return int(layer._embeddings.shape[0]) == 1 < layer.input_dim
+    return int(layer._embeddings.shape[0]) == 1
+
+
+def lookup_ids(layer, inputs) -> tf.Tensor:
+    """The ids of the rows a call of `layer` on `inputs` looks up: flat int64, in order
+    (`elasticdl_nb.layers.Embedding` says for itself: it hashes strings)."""
+    if hasattr(layer, "lookup_ids"):
+        return layer.lookup_ids(inputs)
+    return tf.reshape(tf.cast(inputs, tf.int64), [-1])
+
+
+def assemble(layer, inputs, found: tf.Tensor) -> tf.Tensor:
+    """The layer's output, from the rows of `lookup_ids(layer, inputs)` in order."""
+    if hasattr(layer, "assemble"):
+        return layer.assemble(inputs, found)
+    out = tf.reshape(found, tf.concat([tf.shape(inputs), [layer.output_dim]], 0))
+    return tf.cast(out, layer.compute_dtype)
 
 
 def table_def(name: str, layer) -> TableDef:
@@ -66,8 +83,8 @@ def table_def(name: str, layer) -> TableDef:
         name=name,
         dim=int(layer.output_dim),
         dtype=str(layer._embeddings.dtype),
-        input_dim=int(layer.input_dim),
-        initializer=_initializer(name, init, int(layer.input_dim), int(layer.output_dim)),
+        input_dim=int(layer.input_dim or 0),
+        initializer=_initializer(name, init, int(layer.input_dim or 0), int(layer.output_dim)),
         seed=TableDef.seed_for(name, seed if isinstance(seed, int) else None),
     )
 
