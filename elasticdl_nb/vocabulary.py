@@ -174,6 +174,13 @@ class EventKind(StrEnum):
     )
     EXPORT = "export", "`path`, `worker`"
     CHECKPOINT = "checkpoint", "`versions`, `final`"
+    TABLES = (
+        "tables",
+        "(PS embedding tables, when they changed; polled every few seconds and before the "
+        "job ends) `tables`: per table the sums over the PS of `rows` held, `bytes`, rows "
+        "`created` and `evicted`, gradients `refused` by admission; `ps_rows`: rows held "
+        "per PS",
+    )
     GROUP = (
         "group",
         "(allreduce) `version`, `members`, `addresses`, `joined`, `left`, `reason` (formed, "

@@ -7,6 +7,12 @@ the layer's initializer. With a `combiner` ("sum", "mean" or "sqrtn"), a `tf.Spa
 of ids (one row of ids per example) gives one combined vector per example, as ElasticDL's
 did; dense inputs give one vector per id, as `keras.layers.Embedding` does.
 
+Beyond ElasticDL, what the table keeps (each PS applies it to the ids it owns):
+`min_count` admits an id to a trained row only once it has been seen in that many
+minibatches (before that it reads its initial row and its gradient is dropped);
+`max_rows` caps the rows across the PS, least recently updated evicted first; `ttl_steps`
+evicts rows no update reached for that many versions of their PS.
+
 The layer is a `keras.layers.Embedding` with a one-row placeholder for a table, so a
 worker runs it as it runs any Keras Embedding (runtime/worker/tables.py): `lookup_ids`
 says which rows an input needs, `assemble` shapes the rows found into the output. Called
@@ -31,6 +37,9 @@ class Embedding(keras.layers.Embedding):
         mask_zero: bool = False,
         input_length: int | None = None,
         combiner: str | None = None,
+        min_count: int = 0,
+        max_rows: int = 0,
+        ttl_steps: int = 0,
         embedding_service_endpoint=None,  # ElasticDL's old Redis service: not needed here
         **kwargs,
     ):
@@ -38,6 +47,11 @@ class Embedding(keras.layers.Embedding):
             raise ValueError(f"combiner must be one of {COMBINERS} or None, not {combiner!r}")
         if input_dim is not None and (not isinstance(input_dim, int) or input_dim <= 0):
             raise ValueError(f"input_dim must be a positive int or None, not {input_dim!r}")
+        if not isinstance(min_count, int) or not 0 <= min_count <= 255:
+            raise ValueError(f"min_count must be an int from 0 to 255, not {min_count!r}")
+        for name, value in (("max_rows", max_rows), ("ttl_steps", ttl_steps)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0 (0: no limit), not {value!r}")
         super().__init__(
             input_dim or 1,
             output_dim,
@@ -48,6 +62,7 @@ class Embedding(keras.layers.Embedding):
         self.input_dim = input_dim  # None: ids of any int64 value
         self.input_length = input_length
         self.combiner = combiner
+        self.min_count, self.max_rows, self.ttl_steps = min_count, max_rows, ttl_steps
 
     def build(self, input_shape=None):
         # The table is on the parameter servers; this stands in for it in the model.
@@ -111,6 +126,11 @@ class Embedding(keras.layers.Embedding):
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(
-            input_dim=self.input_dim, input_length=self.input_length, combiner=self.combiner
+            input_dim=self.input_dim,
+            input_length=self.input_length,
+            combiner=self.combiner,
+            min_count=self.min_count,
+            max_rows=self.max_rows,
+            ttl_steps=self.ttl_steps,
         )
         return config

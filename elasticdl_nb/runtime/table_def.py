@@ -44,7 +44,12 @@ class Initializer:
 @dataclass(frozen=True)
 class TableDef:
     """An embedding table: `dim` columns of `dtype`; ids in [0, input_dim), or any int64
-    when `input_dim` is 0; rows start as `initializer` draws them with `seed`."""
+    when `input_dim` is 0; rows start as `initializer` draws them with `seed`.
+
+    What it keeps (0 = no limit): an id gets a trained row once it has been seen in
+    `min_count` minibatches; at most `max_rows` rows across the PS, least recently updated
+    ones evicted first; rows not updated for `ttl_steps` model versions (of their PS) are
+    evicted. An evicted id that comes back starts from its initial row again."""
 
     name: str
     dim: int
@@ -52,6 +57,9 @@ class TableDef:
     input_dim: int = 0
     initializer: Initializer = field(default_factory=Initializer)
     seed: int = 0
+    min_count: int = 0
+    max_rows: int = 0
+    ttl_steps: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -125,7 +125,7 @@ def test_a_sigkilled_ps_restores_its_rows_and_every_id_trained_is_held_once(job_
     for ps in range(2):
         state, _ = CheckpointDir(Path(job.dir) / "checkpoints", ps, keep=1).load_newest()
         assert state["version"] > 0
-        for definition, ids, _, _ in state["tables"]:
+        for definition, ids, *_ in state["tables"]:
             field = int(definition.name.split("field_")[1].split("/")[0])
             seen = np.unique(x[:, field])
             assert len(ids) == len(np.unique(ids))
@@ -181,7 +181,7 @@ def test_ids_from_a_2_62_range_train_in_elasticdl_embeddings_created_on_first_to
     held: dict[str, list] = {}
     for ps in range(2):
         state, _ = CheckpointDir(Path(job.dir) / "checkpoints", ps, keep=1).load_newest()
-        for definition, ids, _, _ in state["tables"]:
+        for definition, ids, *_ in state["tables"]:
             assert definition.input_dim == 0 and (ids % 2 == ps).all()
             held.setdefault(definition.name, []).append(ids)
     assert len(held) == 4
@@ -191,3 +191,68 @@ def test_ids_from_a_2_62_range_train_in_elasticdl_embeddings_created_on_first_to
     # Such a table has no whole form for a Keras file: the job says so and why.
     with pytest.raises(edl.NoModelYet, match="any int64 ids"):
         job.model()
+
+
+def test_admission_and_eviction_bound_the_ps_tables_and_are_counted_in_the_journal(job_home):
+    from sklearn.metrics import roc_auc_score
+
+    from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
+
+    ctr = model_zoo_module("ctr")
+    vocab, max_rows = 5_000, 2_000
+    x, y, _ = ctr.make_ctr_data(40_000, vocab=vocab, seed=1)
+    xt, yt, true_logits = ctr.make_ctr_data(8_000, vocab=vocab, seed=2)
+    spread = np.random.default_rng(62).integers(0, 2**62, size=vocab, dtype=np.int64)
+    x, xt = spread[x], spread[xt]
+
+    def custom_model():
+        import keras
+
+        from elasticdl_nb.layers import Embedding
+
+        ids = keras.Input(shape=(4,), dtype="int64")
+        fields = [
+            Embedding(16, min_count=2, max_rows=2_000, name=f"field_{f}")(ids[:, f])
+            for f in range(4)
+        ]
+        x = keras.layers.Dense(64, activation="relu")(keras.layers.Concatenate()(fields))
+        x = keras.layers.Dense(32, activation="relu")(x)
+        return keras.Model(ids, keras.layers.Dense(1)(x))
+
+    job = edl.train(
+        custom_model,
+        loss=ctr.loss,
+        optimizer=ctr.optimizer,
+        eval_metrics_fn=ctr.eval_metrics_fn,
+        data=(x, y),
+        validation_data=(xt, yt),
+        workers=2,
+        ps=2,
+        epochs=2,
+        minibatch_size=256,
+        record_ledger=True,
+    )
+    final = job.wait(timeout=400)
+    assert final["state"] == "succeeded"
+    assert ledger_problems(job.dir, 2, [len(x)], epochs=2) == []
+    best = roc_auc_score(yt, true_logits)
+    print(f"AUC: job's evaluation {final['metrics']['auc']:.3f}, ground truth {best:.3f}")
+    assert final["metrics"]["auc"] >= 0.5 + 0.4 * (best - 0.5)
+
+    share = max_rows // 2 * 1.05  # a PS's share of a table, and the slack before evicting
+    stats = [e.data for e in job.events(follow=False) if e.kind == "tables"]
+    print(f"tables events: {len(stats)}; the last: {stats[-1]}")
+    last = stats[-1]["tables"]
+    assert len(last) == 4
+    for name, table in last.items():
+        distinct = len(np.unique(x[:, int(name.split("field_")[1].split("/")[0])]))
+        assert table["rows"] <= 2 * share
+        assert table["evicted"] > 0 and table["refused"] > 0
+        assert table["created"] - table["evicted"] == table["rows"]
+        assert table["created"] <= distinct + table["evicted"]
+    assert all(rows <= 4 * share for rows in stats[-1]["ps_rows"])
+    for ps in range(2):
+        state, _ = CheckpointDir(Path(job.dir) / "checkpoints", ps, keep=1).load_newest()
+        for definition, ids, *_ in state["tables"]:
+            assert definition.max_rows == max_rows and definition.min_count == 2
+            assert len(ids) <= share and (ids % 2 == ps).all()

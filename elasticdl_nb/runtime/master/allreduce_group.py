@@ -190,6 +190,9 @@ class AllreduceGroup:
     def ps_lost(self, ps_id: int) -> None:
         pass  # an allreduce job has no PS
 
+    def observe(self, final: bool = False) -> None:
+        pass  # the members report with their progress
+
     def tick(self) -> None:
         """Release dead members no survivor has recovered from in `RELEASE_AFTER`
         seconds: their tasks must not be stuck for good."""

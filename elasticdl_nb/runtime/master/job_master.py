@@ -355,6 +355,7 @@ class JobMaster:
             self._wake.clear()
             try:
                 self._coordinate()
+                self.strategy.observe()
             except Exception as exc:  # a bug here must end the job visibly, not hang it
                 log.exception("coordinator failed")
                 self.fail(f"master error: {exc!r}")
@@ -420,6 +421,7 @@ class JobMaster:
             return
         if not self.strategy.reconcile(self.epoch):
             return
+        self.strategy.observe(final=True)  # (round trips to the PS: outside the lock)
         with self.lock:
             if self.state in MASTER_END_STATES:  # stopped or failed while checkpointing
                 return

@@ -15,7 +15,9 @@ address for it (`ps_lost`).
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 
 from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -24,6 +26,8 @@ from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role
 
 log = logging.getLogger("elasticdl_nb.master")
+
+TABLE_STATS_EVERY = 5.0  # seconds between polls of the PS's table statistics
 
 
 class PsStrategy:
@@ -44,6 +48,8 @@ class PsStrategy:
         self._seen_version = [0] * num_ps  # the newest version any worker saw, per PS
         self._up = [False] * num_ps  # (ever: a later ready is a relaunched PS)
         self._needs_reconcile = False
+        self._observed_at = 0.0
+        self._table_stats: dict | None = None  # as last journaled
 
     # ------------------------------------------------------------------ the PS's RPCs
 
@@ -167,6 +173,33 @@ class PsStrategy:
                     self._needs_reconcile = True
                 return None
         return versions
+
+    def observe(self, final: bool = False) -> None:
+        """Journal the tables' statistics (`tables` event) when they changed."""
+        now = time.monotonic()
+        if not final and now - self._observed_at < TABLE_STATS_EVERY:
+            return
+        self._observed_at = now
+        per_ps = []
+        for stub in list(self.stubs):
+            try:
+                if stub is None:
+                    return  # a PS is down: its numbers come with the next poll
+                per_ps.append(json.loads(stub.GetTableStats(pb.Empty(), timeout=10).json))
+            except Exception as exc:
+                log.info("PS table statistics not read now: %s", exc)
+                return
+        tables: dict[str, dict[str, int]] = {}
+        for shard in per_ps:
+            for name, stats in shard.items():
+                total = tables.setdefault(name, dict.fromkeys(stats, 0))
+                for key, value in stats.items():
+                    total[key] += value
+        if not tables or tables == self._table_stats:
+            return
+        self._table_stats = tables
+        ps_rows = [sum(stats["rows"] for stats in shard.values()) for shard in per_ps]
+        self._job.journal.append(EventKind.TABLES, tables=tables, ps_rows=ps_rows)
 
     def status_fields(self) -> dict:
         return {}

@@ -12,8 +12,8 @@ applied. Two strategies implement it:
   the master keeps who is in the group, and the members' reports are the record.
 
 Who calls whom: the master calls its strategy (under the master's lock, except
-`reconcile` and `final_checkpoint`, which make round trips to the PS and take the lock
-themselves); a strategy calls back only through `JobControl`. The gRPC service calls a
+`reconcile`, `final_checkpoint` and `observe`, which make round trips to the PS and take
+the lock themselves); a strategy calls back only through `JobControl`. The gRPC service calls a
 strategy's own RPCs (PS: `ps_ready`; allreduce: `join`, `get`, `report_lost`) directly.
 """
 
@@ -89,6 +89,12 @@ class TrainingStrategy(Protocol):
 
     def tick(self) -> None:
         """The coordinator's turn (every wake-up, at least every 0.5 s), under the lock."""
+        ...
+
+    def observe(self, final: bool = False) -> None:
+        """Outside the lock, after each coordinator turn: journal what the strategy's
+        peers report about themselves (PS: their tables), at most every few seconds, or
+        now if `final` (before the job's end is recorded)."""
         ...
 
     def reconcile_needed(self) -> bool:

@@ -561,6 +561,11 @@ class ParameterServerStub:
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
                 response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.BulkEndpoint.FromString,
                 _registered_method=True)
+        self.GetTableStats = channel.unary_unary(
+                '/elasticdl_nb.ParameterServer/GetTableStats',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -596,6 +601,14 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTableStats(self, request, context):
+        """Per embedding table (JSON): rows held, bytes, rows created and evicted, gradients
+        refused by admission.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -623,6 +636,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.GetBulkEndpoint,
                     request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
                     response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.BulkEndpoint.SerializeToString,
+            ),
+            'GetTableStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTableStats,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -760,6 +778,33 @@ class ParameterServer:
             '/elasticdl_nb.ParameterServer/GetBulkEndpoint',
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.BulkEndpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTableStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.ParameterServer/GetTableStats',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
             options,
             channel_credentials,
             insecure,

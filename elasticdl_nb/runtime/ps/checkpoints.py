@@ -38,10 +38,12 @@ class CheckpointDir:
         for i, spec in enumerate(state["variables"]):
             arrays[f"var{i}"] = spec.value
             meta["variables"].append(spec.name)
-        for i, (definition, ids, states, updated) in enumerate(state["tables"]):
+        for i, (definition, ids, states, updated, policy) in enumerate(state["tables"]):
             arrays[f"table{i}_ids"], arrays[f"table{i}_states"] = ids, states
             arrays[f"table{i}_updated"] = updated
-            meta["tables"].append(definition.to_json())
+            if policy["admission"] is not None:
+                arrays[f"table{i}_admission"] = policy["admission"]
+            meta["tables"].append([definition.to_json(), policy["counts"]])
         for i, value in enumerate(state["optimizer"]):
             arrays[f"opt{i}"] = value
         for i, value in enumerate(state["row_optimizer"]):
@@ -79,8 +81,14 @@ class CheckpointDir:
                             data[f"table{i}_ids"],
                             data[f"table{i}_states"],
                             data[f"table{i}_updated"],
+                            {
+                                "counts": counts,
+                                "admission": data[f"table{i}_admission"]
+                                if f"table{i}_admission" in data.files
+                                else None,
+                            },
                         )
-                        for i, text in enumerate(meta["tables"])
+                        for i, (text, counts) in enumerate(meta["tables"])
                     ]
                     n_opt = sum(1 for key in data.files if key.startswith("opt"))
                     optimizer = [data[f"opt{i}"] for i in range(n_opt)]

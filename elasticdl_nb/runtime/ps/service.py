@@ -6,6 +6,7 @@ PushPull arrives over gRPC or, with its large tensors out of band, over the bulk
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 
@@ -117,3 +118,6 @@ class ParameterServerService(rpc.ParameterServerServicer):
 
     def GetBulkEndpoint(self, request: pb.Empty, context) -> pb.BulkEndpoint:
         return pb.BulkEndpoint(port=self.bulk_port)
+
+    def GetTableStats(self, request: pb.Empty, context) -> pb.JsonMessage:
+        return pb.JsonMessage(json=json.dumps(self.store.table_stats()))

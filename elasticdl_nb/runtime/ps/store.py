@@ -107,7 +107,7 @@ class ParameterStore:
             else None
         )
         self.tables = {
-            t.name: EmbeddingTable(t, fresh)
+            t.name: EmbeddingTable(t, fresh, self.num_ps)
             for t, fresh in zip(tables, self.rows.fresh_slots if self.rows else [])
         }
         self._step = self._compile_step()
@@ -179,6 +179,7 @@ class ParameterStore:
                 self.version += 1
                 for table, (ids, rows), new in zip(self.tables.values(), touched, states):
                     table.write(ids, rows, new.numpy(), self.version)
+                    table.enforce(self.version)
                 self.applied[(push.epoch, push.source)].add(push.batch_key)
                 if self.record_ledger and push.ledger_range is not None:
                     self.ledger[(push.epoch, push.source)].append(push.ledger_range)
@@ -201,6 +202,7 @@ class ParameterStore:
             ids, rows = push.tables.get(name, (np.zeros(0, np.int64), None))
             if rows is None:
                 rows = np.zeros((0, table.dim), table.definition.dtype)
+            ids, rows = table.admit(ids, rows)
             numbers, current = table.states(ids)
             touched.append((np.asarray(ids, np.int64), numbers))
             states.append(current)
@@ -245,6 +247,11 @@ class ParameterStore:
             ids = np.arange(self.ps_id, table.definition.input_dim, self.num_ps, dtype=np.int64)
             return table.read(ids)
 
+    def table_stats(self) -> dict[str, dict]:
+        """Per table: rows held, bytes, and rows created and evicted, gradients refused."""
+        with self.lock:
+            return {name: table.stats() for name, table in self.tables.items()}
+
     # ------------------------------------------------------------------ checkpoints
 
     def snapshot(self) -> dict:
@@ -253,7 +260,9 @@ class ParameterStore:
             return {
                 "version": self.version,
                 "variables": [VariableSpec(n, v.numpy()) for n, v in self.dense.items()],
-                "tables": [(t.definition, *t.items()) for t in self.tables.values()],
+                "tables": [
+                    (t.definition, *t.items(), t.policy_state()) for t in self.tables.values()
+                ],
                 "optimizer": [v.numpy() for v in self.optimizer.variables],
                 "row_optimizer": self.rows.state() if self.rows else [],
                 "row_rows": self.rows.rows_wanted() if self.rows else [],
@@ -266,8 +275,9 @@ class ParameterStore:
             self._create(state["variables"], [t[0] for t in state["tables"]])
             for var, value in zip(self.optimizer.variables, state["optimizer"], strict=True):
                 var.assign(value)
-            for definition, ids, states, updated in state["tables"]:
+            for definition, ids, states, updated, policy in state["tables"]:
                 self.tables[definition.name].load(ids, states, updated)
+                self.tables[definition.name].load_policy_state(policy)
             if self.rows:
                 self.rows.restore(state["row_optimizer"])
                 # Proxies as large as before the restart, so the first push after it does

@@ -86,6 +86,10 @@ def table_def(name: str, layer) -> TableDef:
         input_dim=int(layer.input_dim or 0),
         initializer=_initializer(name, init, int(layer.input_dim or 0), int(layer.output_dim)),
         seed=TableDef.seed_for(name, seed if isinstance(seed, int) else None),
+        # (elasticdl_nb.layers.Embedding's; a Keras Embedding keeps every row)
+        min_count=getattr(layer, "min_count", 0),
+        max_rows=getattr(layer, "max_rows", 0),
+        ttl_steps=getattr(layer, "ttl_steps", 0),
     )
 
 

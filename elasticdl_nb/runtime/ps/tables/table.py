@@ -6,28 +6,61 @@ A row's *state* is its vector and its optimizer slots side by side ([value | slo
 is applied: pulls, evaluation among them, never grow a table. Ids are global (the PS that
 owns an id holds it under its own value). Not thread safe: the store calls it under its
 lock.
+
+What it keeps follows its definition: `admit` drops the gradients of ids not yet seen
+`min_count` times (`admission.py`); `enforce` evicts rows not updated for `ttl_steps`
+versions, and, once the table is `EVICTION_SLACK` over its share of `max_rows`, the least
+recently updated rows down to that share (evicting in batches, not one row per push).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
+from elasticdl_nb.runtime.ps.tables.admission import Admission
 from elasticdl_nb.runtime.ps.tables.hash_index import HashIndex
 from elasticdl_nb.runtime.ps.tables.row_store import RowStore
 from elasticdl_nb.runtime.table_def import TableDef, initial_rows
 
 ABSENT = -1  # the row number `locate` gives an id the table does not hold
+EVICTION_SLACK = 0.05  # how far over its cap a table grows before it evicts back to it
+TTL_CHECKS = 10  # a table with a TTL looks for expired rows this often per TTL
+
+
+@dataclass
+class TableCounts:
+    """What a table did, since it was created (checkpointed with it)."""
+
+    created: int = 0  # rows added (an evicted id that comes back counts again)
+    evicted: int = 0  # rows evicted
+    refused: int = 0  # gradients dropped because their id was not admitted yet
 
 
 class EmbeddingTable:
-    def __init__(self, definition: TableDef, fresh_slots: np.ndarray, block_rows: int = 2**20):
-        """`fresh_slots`: [slots, dim], what the optimizer's slots of a new row start as."""
+    def __init__(
+        self,
+        definition: TableDef,
+        fresh_slots: np.ndarray,
+        num_ps: int = 1,
+        block_rows: int = 2**18,
+    ):
+        """`fresh_slots`: [slots, dim], what the optimizer's slots of a new row start as;
+        `num_ps`: how many PS share the table (each keeps its share of `max_rows`);
+        `block_rows`: the row store's block (2^18 rows of 16 floats and one slot: 32 MiB,
+        what the smallest table takes; a minibatch's rows spread over more blocks cost a
+        numpy call more each)."""
         self.definition = definition
         self.dim = definition.dim
         self.fresh_slots = np.asarray(fresh_slots, definition.dtype).reshape(-1)
         self.width = self.dim + len(self.fresh_slots)
         self.rows = RowStore(self.width, block_rows, definition.dtype)
         self.index = HashIndex(self.rows.ids_of)
+        self.admission = Admission(definition.min_count) if definition.min_count > 1 else None
+        self.cap = math.ceil(definition.max_rows / num_ps) if definition.max_rows else 0
+        self.counts = TableCounts()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -76,8 +109,44 @@ class EmbeddingTable:
         if new.any():
             rows[new] = self.rows.allocate(ids[new])
             self.index.insert(ids[new], rows[new])
+            self.counts.created += int(new.sum())
         self.rows.scatter(rows, states)
         self.rows.touch(rows, version)
+
+    # ------------------------------------------------------------------ what it keeps
+
+    def admit(self, ids: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pushed (distinct ids, gradients) to apply: all of them, or, with admission,
+        those of ids held already or seen `min_count` times counting this push."""
+        if self.admission is None:
+            return ids, grads
+        ids = np.asarray(ids, np.int64)
+        admitted = self.admission.count(ids) | (self.locate(ids) != ABSENT)
+        self.counts.refused += int((~admitted).sum())
+        return ids[admitted], grads[admitted]
+
+    def enforce(self, version: int) -> None:
+        """Evict what the definition says not to keep at model version `version`."""
+        ttl = self.definition.ttl_steps
+        if ttl and version % max(1, ttl // TTL_CHECKS) == 0:
+            ids, rows = self.index.items()
+            old = self.rows.last_update(rows.astype(np.int64)) < version - ttl
+            self._evict(ids[old], rows[old])
+        if self.cap and len(self) > self.cap * (1 + EVICTION_SLACK):
+            ids, rows = self.index.items()
+            updated = self.rows.last_update(rows.astype(np.int64))
+            oldest = np.argpartition(updated, len(ids) - self.cap)[: len(ids) - self.cap]
+            self._evict(ids[oldest], rows[oldest])
+
+    def _evict(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        if len(ids):
+            self.index.remove(ids)
+            self.rows.free(rows)
+            self.counts.evicted += len(ids)
+
+    def stats(self) -> dict:
+        """Rows held and bytes taken now, and what the table did (`TableCounts`)."""
+        return {"rows": len(self), "bytes": self.nbytes, **vars(self.counts)}
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -86,6 +155,18 @@ class EmbeddingTable:
         ids, rows = self.index.items()
         rows = rows.astype(np.int64)
         return ids, self.rows.gather(rows), self.rows.last_update(rows)
+
+    def policy_state(self) -> dict:
+        """What admission and the counts hold (checkpointed beside `items()`)."""
+        return {
+            "counts": vars(self.counts).copy(),
+            "admission": None if self.admission is None else self.admission.counts.copy(),
+        }
+
+    def load_policy_state(self, state: dict) -> None:
+        self.counts = TableCounts(**state["counts"])
+        if self.admission is not None and state.get("admission") is not None:
+            self.admission.counts[...] = state["admission"]
 
     def load(self, ids: np.ndarray, states: np.ndarray, updated: np.ndarray) -> None:
         """Hold exactly these rows (an empty table takes a checkpoint's)."""
