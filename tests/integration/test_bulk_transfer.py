@@ -33,7 +33,7 @@ def client_for(ps: JobProcess, bulk: bool) -> PsClient:
     client = PsClient(lambda: [ps.master.ps_address], TOKEN, give_up_after=120)
     if not bulk:
         client.bulk_threshold = 1 << 62
-    client.set_model([("w", VALUE, False), ("b", np.zeros(3, np.float32), False)])
+    client.set_model([("w", VALUE), ("b", np.zeros(3, np.float32))], [])
     return client
 
 

@@ -47,17 +47,18 @@ def test_written_rows_are_read_back_and_others_stay_initial():
     assert len(table) == 21
 
 
-def test_items_load_into_an_equal_table():
+def test_a_snapshot_loads_into_an_equal_table_and_a_delta_holds_what_changed():
     table = _table()
     ids = np.array([9, 4, 2**40], np.int64)
     for version, part in enumerate([ids[:2], ids[1:]], start=1):
         rows, states = table.states(part)
         table.write(part, rows, states + version, version)
-    held_ids, states, updated = table.items()
-    assert sorted(held_ids) == sorted(ids)
-    assert dict(zip(held_ids.tolist(), updated.tolist())) == {9: 1, 4: 2, 2**40: 2}
+    whole = table.snapshot()
+    assert sorted(whole.ids) == sorted(ids) and len(whole.removed) == 0
+    assert dict(zip(whole.ids.tolist(), whole.updated.tolist())) == {9: 1, 4: 2, 2**40: 2}
     copy = _table(block_rows=2)
-    copy.load(held_ids, states, updated)
+    copy.load(whole)
     np.testing.assert_array_equal(copy.read(ids), table.read(ids))
     np.testing.assert_array_equal(copy.states(ids)[1], table.states(ids)[1])
-    np.testing.assert_array_equal(copy.items()[2][np.argsort(copy.items()[0])], [2, 1, 2])
+    delta = table.snapshot(since=1)
+    assert sorted(delta.ids) == [4, 2**40]  # 9 was last updated at version 1

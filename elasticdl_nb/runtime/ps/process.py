@@ -14,6 +14,7 @@ import argparse
 import logging
 import signal
 import threading
+import time
 
 from elasticdl_nb.model import load_bundle
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
@@ -32,12 +33,18 @@ from elasticdl_nb.spec import JobSpec
 log = logging.getLogger("elasticdl_nb.ps")
 
 
+DELTAS_PER_BASE = 9  # a shard with tables writes them whole every tenth checkpoint
+
+
 class Checkpointer:
-    """Saves the store every `every` versions, off the request path."""
+    """Saves the store every `every` versions, off the request path: its tables whole
+    the first time (in this process) and every `DELTAS_PER_BASE + 1`-th time, else what
+    changed in them since the checkpoint before."""
 
     def __init__(self, store: ParameterStore, directory: CheckpointDir, every: int):
         self.store, self.directory, self.every = store, directory, every
         self.saved_version = -1
+        self._deltas: int | None = None  # deltas written since this process's last base
         self._forced = False
         self._wake = threading.Event()
         self._save_lock = threading.Lock()
@@ -54,12 +61,24 @@ class Checkpointer:
 
     def save_now(self):
         with self._save_lock:
-            state = self.store.snapshot()
+            delta = self.store.tables and self._deltas is not None
+            delta = delta and self._deltas < DELTAS_PER_BASE
+            state = self.store.snapshot(self.saved_version if delta else None)
             if state["version"] == self.saved_version:
                 return self.saved_version, self.directory.paths()[-1]
+            started = time.perf_counter()
             path = self.directory.save(state)
+            self.store.saved(state["version"])
+            self._deltas = self._deltas + 1 if delta else 0
             self.saved_version = state["version"]
-            log.info("checkpoint version %d -> %s", state["version"], path.name)
+            rows = sum(len(t.ids) for t in state["tables"])
+            log.info(
+                "checkpoint version %d -> %s (%d table rows, %.2f s)",
+                state["version"],
+                path.name,
+                rows,
+                time.perf_counter() - started,
+            )
             return state["version"], path
 
     def _loop(self) -> None:

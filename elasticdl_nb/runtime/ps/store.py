@@ -254,15 +254,16 @@ class ParameterStore:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def snapshot(self) -> dict:
-        """Everything a checkpoint holds, copied under the lock."""
+    def snapshot(self, since: int | None = None) -> dict:
+        """Everything a checkpoint holds, copied under the lock: the tables whole, or,
+        `since` a checkpoint's version, what changed in them since (a delta checkpoint;
+        the rest is whole in either)."""
         with self.lock:
             return {
                 "version": self.version,
+                "parent": since,
                 "variables": [VariableSpec(n, v.numpy()) for n, v in self.dense.items()],
-                "tables": [
-                    (t.definition, *t.items(), t.policy_state()) for t in self.tables.values()
-                ],
+                "tables": [t.snapshot(since) for t in self.tables.values()],
                 "optimizer": [v.numpy() for v in self.optimizer.variables],
                 "row_optimizer": self.rows.state() if self.rows else [],
                 "row_rows": self.rows.rows_wanted() if self.rows else [],
@@ -270,14 +271,21 @@ class ParameterStore:
                 "ledger": {k: list(v) for k, v in self.ledger.items()},
             }
 
-    def restore(self, state: dict) -> None:
+    def saved(self, version: int) -> None:
+        """A checkpoint of `version` is on disk (a later delta starts from it)."""
         with self.lock:
-            self._create(state["variables"], [t[0] for t in state["tables"]])
+            for table in self.tables.values():
+                table.saved(version)
+
+    def restore(self, state: dict) -> None:
+        """Become the shard a checkpoint holds (its tables whole: `CheckpointDir` folds
+        a delta checkpoint into its base)."""
+        with self.lock:
+            self._create(state["variables"], [t.definition for t in state["tables"]])
             for var, value in zip(self.optimizer.variables, state["optimizer"], strict=True):
                 var.assign(value)
-            for definition, ids, states, updated, policy in state["tables"]:
-                self.tables[definition.name].load(ids, states, updated)
-                self.tables[definition.name].load_policy_state(policy)
+            for snapshot in state["tables"]:
+                self.tables[snapshot.definition.name].load(snapshot)
             if self.rows:
                 self.rows.restore(state["row_optimizer"])
                 # Proxies as large as before the restart, so the first push after it does

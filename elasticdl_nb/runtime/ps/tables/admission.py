@@ -35,9 +35,7 @@ class Admission:
         """[DEPTH, len(ids)] counter positions."""
         ids = np.asarray(ids, np.int64).view(np.uint64)
         mask = self.counts.shape[1] - 1
-        return np.stack(
-            [bucket_of((ids ^ salt).view(np.int64), mask) for salt in _SALTS]
-        )
+        return np.stack([bucket_of((ids ^ salt).view(np.int64), mask) for salt in _SALTS])
 
     def count(self, ids: np.ndarray) -> np.ndarray:
         """Count distinct `ids` once more; returns which of them are admitted now."""

@@ -31,6 +31,31 @@ TTL_CHECKS = 10  # a table with a TTL looks for expired rows this often per TTL
 
 
 @dataclass
+class TableSnapshot:
+    """A table in a checkpoint: whole (`removed` empty), or a delta: the rows updated
+    since the checkpoint it follows and the ids evicted since (`fold` applies one)."""
+
+    definition: TableDef
+    ids: np.ndarray
+    states: np.ndarray  # [len(ids), width]
+    updated: np.ndarray  # the version that last updated each row
+    removed: np.ndarray
+    policy: dict  # admission counts and `TableCounts`, as of the snapshot
+
+    def fold(self, delta: TableSnapshot) -> TableSnapshot:
+        """This whole snapshot with `delta` (taken after it) applied: whole again."""
+        gone = np.isin(self.ids, np.concatenate([delta.removed, delta.ids]))
+        return TableSnapshot(
+            self.definition,
+            np.concatenate([self.ids[~gone], delta.ids]),
+            np.concatenate([self.states[~gone], delta.states]),
+            np.concatenate([self.updated[~gone], delta.updated]),
+            np.zeros(0, np.int64),
+            delta.policy,
+        )
+
+
+@dataclass
 class TableCounts:
     """What a table did, since it was created (checkpointed with it)."""
 
@@ -61,6 +86,7 @@ class EmbeddingTable:
         self.admission = Admission(definition.min_count) if definition.min_count > 1 else None
         self.cap = math.ceil(definition.max_rows / num_ps) if definition.max_rows else 0
         self.counts = TableCounts()
+        self._evictions: list[tuple[int, np.ndarray]] = []  # (version, ids), since a save
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -131,18 +157,19 @@ class EmbeddingTable:
         if ttl and version % max(1, ttl // TTL_CHECKS) == 0:
             ids, rows = self.index.items()
             old = self.rows.last_update(rows.astype(np.int64)) < version - ttl
-            self._evict(ids[old], rows[old])
+            self._evict(ids[old], rows[old], version)
         if self.cap and len(self) > self.cap * (1 + EVICTION_SLACK):
             ids, rows = self.index.items()
             updated = self.rows.last_update(rows.astype(np.int64))
             oldest = np.argpartition(updated, len(ids) - self.cap)[: len(ids) - self.cap]
-            self._evict(ids[oldest], rows[oldest])
+            self._evict(ids[oldest], rows[oldest], version)
 
-    def _evict(self, ids: np.ndarray, rows: np.ndarray) -> None:
+    def _evict(self, ids: np.ndarray, rows: np.ndarray, version: int) -> None:
         if len(ids):
             self.index.remove(ids)
             self.rows.free(rows)
             self.counts.evicted += len(ids)
+            self._evictions.append((version, ids))
 
     def stats(self) -> dict:
         """Rows held and bytes taken now, and what the table did (`TableCounts`)."""
@@ -150,30 +177,37 @@ class EmbeddingTable:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, states, last update) of every row held."""
+    def snapshot(self, since: int | None = None) -> TableSnapshot:
+        """The whole table, or (`since` a version) the rows updated after that version and
+        the ids evicted after it: what changed since a checkpoint of that version."""
         ids, rows = self.index.items()
         rows = rows.astype(np.int64)
-        return ids, self.rows.gather(rows), self.rows.last_update(rows)
-
-    def policy_state(self) -> dict:
-        """What admission and the counts hold (checkpointed beside `items()`)."""
-        return {
+        updated = self.rows.last_update(rows)
+        removed = np.zeros(0, np.int64)
+        if since is not None:
+            changed = updated > since
+            ids, rows, updated = ids[changed], rows[changed], updated[changed]
+            removed = np.concatenate(
+                [removed] + [gone for version, gone in self._evictions if version > since]
+            )
+        policy = {
             "counts": vars(self.counts).copy(),
             "admission": None if self.admission is None else self.admission.counts.copy(),
         }
+        return TableSnapshot(self.definition, ids, self.rows.gather(rows), updated, removed, policy)
 
-    def load_policy_state(self, state: dict) -> None:
-        self.counts = TableCounts(**state["counts"])
-        if self.admission is not None and state.get("admission") is not None:
-            self.admission.counts[...] = state["admission"]
+    def saved(self, version: int) -> None:
+        """A checkpoint of `version` is on disk: the evictions up to it are in it."""
+        self._evictions = [(v, ids) for v, ids in self._evictions if v > version]
 
-    def load(self, ids: np.ndarray, states: np.ndarray, updated: np.ndarray) -> None:
-        """Hold exactly these rows (an empty table takes a checkpoint's)."""
+    def load(self, snapshot: TableSnapshot) -> None:
+        """Hold exactly a whole snapshot's rows (an empty table takes a checkpoint's)."""
         if len(self):
             raise RuntimeError("load() is for an empty table")
-        ids = np.asarray(ids, np.int64)
-        rows = self.rows.allocate(ids)
-        self.index.insert(ids, rows.astype(np.int32))
-        self.rows.scatter(rows, states)
-        self.rows.touch(rows, updated)
+        rows = self.rows.allocate(snapshot.ids)
+        self.index.insert(snapshot.ids, rows.astype(np.int32))
+        self.rows.scatter(rows, snapshot.states)
+        self.rows.touch(rows, snapshot.updated)
+        self.counts = TableCounts(**snapshot.policy["counts"])
+        if self.admission is not None and snapshot.policy["admission"] is not None:
+            self.admission.counts[...] = snapshot.policy["admission"]
