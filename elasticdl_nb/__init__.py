@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from elasticdl_nb.errors import ElasticDLError
     from elasticdl_nb.model.contract import Mode
     from elasticdl_nb.sdk import Job, JobFailed, attach, jobs, train
+    from elasticdl_nb.sdk.embeddings import load_embeddings
     from elasticdl_nb.sdk.errors import (
         JobNotFound,
         JobNotRunning,
@@ -40,6 +41,7 @@ _LAZY = {
         "elasticdl_nb.sdk.errors",
     ),
     **dict.fromkeys(["JobSpec", "SpecError"], "elasticdl_nb.spec"),
+    "load_embeddings": "elasticdl_nb.sdk.embeddings",
 }
 
 
@@ -77,5 +79,6 @@ __all__ = [
     "UnknownRole",
     "attach",
     "jobs",
+    "load_embeddings",
     "train",
 ]

@@ -566,6 +566,11 @@ class ParameterServerStub:
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
                 response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
                 _registered_method=True)
+        self.ExportTables = channel.unary_unary(
+                '/elasticdl_nb.ParameterServer/ExportTables',
+                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.ExportTablesRequest.SerializeToString,
+                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -609,6 +614,13 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportTables(self, request, context):
+        """Write this PS's rows of every table as (id, vector) files; JSON: rows per table.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -640,6 +652,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
             'GetTableStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTableStats,
                     request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.FromString,
+                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.SerializeToString,
+            ),
+            'ExportTables': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportTables,
+                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.ExportTablesRequest.FromString,
                     response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.SerializeToString,
             ),
     }
@@ -804,6 +821,33 @@ class ParameterServer:
             target,
             '/elasticdl_nb.ParameterServer/GetTableStats',
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.Empty.SerializeToString,
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportTables(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticdl_nb.ParameterServer/ExportTables',
+            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.ExportTablesRequest.SerializeToString,
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.JsonMessage.FromString,
             options,
             channel_credentials,

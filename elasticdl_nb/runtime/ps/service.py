@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -118,6 +119,10 @@ class ParameterServerService(rpc.ParameterServerServicer):
 
     def GetBulkEndpoint(self, request: pb.Empty, context) -> pb.BulkEndpoint:
         return pb.BulkEndpoint(port=self.bulk_port)
+
+    def ExportTables(self, request: pb.ExportTablesRequest, context) -> pb.JsonMessage:
+        written = self.store.export_tables(Path(request.directory))
+        return pb.JsonMessage(json=json.dumps(written))
 
     def GetTableStats(self, request: pb.Empty, context) -> pb.JsonMessage:
         return pb.JsonMessage(json=json.dumps(self.store.table_stats()))

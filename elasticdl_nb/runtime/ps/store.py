@@ -14,6 +14,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +23,7 @@ from elasticdl_nb.runtime.compiled_call import CompiledCall
 from elasticdl_nb.runtime.ps.row_optimizer import RowOptimizer
 from elasticdl_nb.runtime.ps.tables.table import EmbeddingTable
 from elasticdl_nb.runtime.table_def import TableDef
+from elasticdl_nb.runtime.table_export import write_shard
 
 BatchId = tuple[int, int]  # (epoch, source)
 
@@ -246,6 +248,16 @@ class ParameterStore:
                 )
             ids = np.arange(self.ps_id, table.definition.input_dim, self.num_ps, dtype=np.int64)
             return table.read(ids)
+
+    def export_tables(self, directory: Path) -> dict[str, int]:
+        """Write the rows this shard holds of every table as (id, vector) files (copied
+        under the lock, written outside it); returns the rows written per table."""
+        with self.lock:
+            snapshots = [t.snapshot() for t in self.tables.values()]
+        for snap in snapshots:
+            vectors = snap.states[:, : snap.definition.dim]
+            write_shard(directory, snap.definition, self.ps_id, self.num_ps, snap.ids, vectors)
+        return {snap.definition.name: len(snap.ids) for snap in snapshots}
 
     def table_stats(self) -> dict[str, dict]:
         """Per table: rows held, bytes, and rows created and evicted, gradients refused."""

@@ -12,6 +12,7 @@ import numpy as np
 
 from elasticdl_nb.runtime.job_dir import not_exported_note
 from elasticdl_nb.runtime.table_def import TableDef
+from elasticdl_nb.runtime.table_export import DENSE_FILE
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -28,8 +29,9 @@ def whole_tables_bytes(tables: list[TableDef]) -> float:
     )
 
 
-def note_not_exported(path: Path, tables: list[TableDef]) -> None:
-    """Leave, instead of the model file, why there is none (`Job.model()` reads it)."""
+def note_not_exported(path: Path, tables: list[TableDef], embeddings: Path) -> None:
+    """Leave, instead of the model file, why there is none and where the rows went
+    (`Job.model()` reads it)."""
     sizes = ", ".join(
         f"'{t.name}' {t.input_dim:,} rows" if t.input_dim else f"'{t.name}' any int64 ids"
         for t in tables
@@ -37,8 +39,9 @@ def note_not_exported(path: Path, tables: list[TableDef]) -> None:
     reason = (
         f"The model's embedding tables ({sizes}) take {whole_tables_bytes(tables) / 2**30:.1f} "
         f"GiB whole, more than the {WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB a Keras model "
-        "file is written for, so no model.keras was exported: its rows are in the PS "
-        "checkpoints under checkpoints/."
+        f"file is written for, so no model.keras was exported. Their trained rows are "
+        f"exported as (id, vector) files in {embeddings}, and the dense layers' weights in "
+        f"{embeddings / DENSE_FILE}: read them with elasticdl_nb.load_embeddings(job)."
     )
     not_exported_note(path).write_text(reason + "\n")
     log.info("%s", reason)

@@ -185,6 +185,12 @@ class PsClient:
                 ),
             )
 
+    def export_tables(self, directory: str) -> None:
+        """Have every shard write its rows of every table under `directory`."""
+        for ps in range(self.num_ps):
+            request = pb.ExportTablesRequest(directory=directory)
+            self._call(ps, lambda stub, r=request: stub.ExportTables(r, timeout=3600))
+
     # ------------------------------------------------------------------ steps
 
     def exchange(

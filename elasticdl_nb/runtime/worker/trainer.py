@@ -24,6 +24,7 @@ from elasticdl_nb.model.metrics import take_metric_states
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol.patience import PeerUnreachable, WrongPeer
+from elasticdl_nb.runtime.table_export import write_dense
 from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.export import (
     WHOLE_TABLES_MAX_BYTES,
@@ -236,7 +237,12 @@ class Trainer:
         features = first_batch(self.train_batches, Mode.TRAINING).features
         self._ensure_built(features)
         if whole_tables_bytes(self.runner.table_defs) > WHOLE_TABLES_MAX_BYTES:
-            note_not_exported(Path(task.export_path), self.runner.table_defs)
+            # Too large for one file: each PS writes its rows, this worker the dense part.
+            embeddings = Path(task.export_path).with_name("embeddings")
+            self.ps.export_tables(str(embeddings))
+            self.ps.exchange(None, {}, self.runner.variable_values)  # the newest dense values
+            write_dense(embeddings, dict(self.ps.dense_values))
+            note_not_exported(Path(task.export_path), self.runner.table_defs, embeddings)
             self.reporter.task_done(task.task_id)
             return
         dense, rows = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
