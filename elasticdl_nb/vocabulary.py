@@ -172,7 +172,11 @@ class EventKind(StrEnum):
         "ps_restored",
         "`ps`, `restored_version`, `newest_seen_version`, `updates_rolled_back`",
     )
-    EXPORT = "export", "`path`, `worker`"
+    EXPORT = (
+        "export",
+        "`path`, `worker`; `tables`: true when the tables were too large for a Keras file "
+        "and `path` holds their (id, vector) files",
+    )
     CHECKPOINT = "checkpoint", "`versions`, `final`"
     TABLES = (
         "tables",

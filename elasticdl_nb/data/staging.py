@@ -19,7 +19,9 @@ from elasticdl_nb.data.errors import DataError
 
 # Kinds that TensorFlow can take straight from a memory-mapped array:
 # bool, signed int, unsigned int, float, complex.
-_NUMERIC_KINDS = frozenset("biufc")
+# Fixed-width kinds memory-map: numbers, bools, and bytes and unicode strings (string ids,
+# hashed by elasticdl_nb.layers.Embedding). Object arrays (Python objects) do not.
+_STAGEABLE_KINDS = frozenset("biufcSU")
 
 
 def stage_arrays(x: Any, y: Any, directory: str) -> str:
@@ -103,12 +105,14 @@ def _as_array(value: Any, name: str) -> np.ndarray:
             f"{name} is a scalar; it needs a first dimension with one entry per "
             f"record. Fix: pass an array of shape [num_records, ...]."
         )
-    if array.dtype.kind not in _NUMERIC_KINDS:
+    if array.dtype.kind == "O" and len(array) and isinstance(array.flat[0], str | bytes):
+        array = array.astype(str)  # strings in an object array: fixed width
+    if array.dtype.kind not in _STAGEABLE_KINDS:
         raise DataError(
-            f"{name} has dtype {array.dtype}, which cannot be staged; only numeric "
-            f"and bool arrays can be memory-mapped for training. Fix: convert it to "
-            f"numbers first (e.g. encode strings/categories as integers, then "
-            f"np.asarray(..., dtype=np.float32))."
+            f"{name} has dtype {array.dtype}, which cannot be staged; only numeric, bool "
+            f"and string arrays can be memory-mapped for training. Fix: convert it to "
+            f"numbers or strings first (e.g. np.asarray(..., dtype=np.float32), or "
+            f"np.asarray(..., dtype=str))."
         )
     if len(array) == 0:
         raise DataError(

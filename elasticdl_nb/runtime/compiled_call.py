@@ -63,6 +63,10 @@ class CompiledCall:
 
     def _tensor(self, index: int, value: Any, device: str | None) -> tf.Tensor:
         spec = self._specs[index]
+        if isinstance(value, np.ndarray) and spec.dtype == tf.string:  # (numpy: U, S or O)
+            tensor = tf.convert_to_tensor(value, dtype=tf.string)
+            self._check_shape(index, tuple(tensor.shape.as_list()))
+            return tensor
         if isinstance(value, np.ndarray):
             if value.dtype != spec.dtype.as_numpy_dtype:
                 raise SignatureMismatch(

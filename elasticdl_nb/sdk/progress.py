@@ -123,6 +123,11 @@ def describe(event: Event) -> str | None:
         metrics = ", ".join(f"{k} {_number(v)}" for k, v in d["metrics"].items())
         return f"evaluation at step {d['step']}: {metrics}"
     if event.kind == EventKind.EXPORT:
+        if d.get("tables"):
+            return (
+                f"embedding tables too large for a Keras file: exported as (id, vector) "
+                f"files to {d['path']} (elasticdl_nb.load_embeddings reads them)"
+            )
         return f"model exported to {d['path']}"
     if event.kind == EventKind.CHECKPOINT:
         versions = ", ".join(str(v) for v in d.get("versions", []))

@@ -64,3 +64,22 @@ def test_ctr_notebook_learns_most_of_the_reachable_auc(job_home, tmp_path):
         "source: custom_model, eval_metrics_fn, loss, optimizer; value: DIM, FIELDS, VOCAB" in text
     )
     _dashboard_shown(outputs, state)
+
+
+def test_hashed_features_notebook_learns_from_strings_with_bounded_tables(job_home, tmp_path):
+    outputs, text, state = _execute("hashed_features.ipynb", tmp_path)
+    learned, best = map(
+        float, re.search(r"AUC: learned ([0-9.]+), ground truth ([0-9.]+)", text).groups()
+    )
+    assert learned >= 0.5 + 0.6 * (best - 0.5)
+    rows = {
+        m[0]: [int(v.replace(",", "")) for v in m[1:]]
+        for m in re.findall(
+            r"(\w+)/embeddings\s+rows\s+([\d,]+)\s+created\s+([\d,]+)\s+evicted\s+([\d,]+)\s+refused\s+([\d,]+)",
+            text,
+        )
+    }
+    assert set(rows) == {"user", "ad", "site", "hour"}
+    assert rows["user"][0] <= 8_000 * 1.05 and rows["user"][2] > 0  # capped: it evicted
+    assert all(refused > 0 for _, _, _, refused in [rows["user"], rows["ad"]])
+    _dashboard_shown(outputs, state)

@@ -245,7 +245,12 @@ class JobMaster:
         elif task.kind == EVALUATION:
             self.evaluations.add(task.eval_round, r.worker_id, metric_states(r.metric_states))
         elif task.kind == EXPORT:
-            self.journal.append(EventKind.EXPORT, path=task.export_path, worker=r.worker_id)
+            if r.exported_tables:  # (too large for a Keras file)
+                self.journal.append(
+                    EventKind.EXPORT, path=r.exported_tables, worker=r.worker_id, tables=True
+                )
+            else:
+                self.journal.append(EventKind.EXPORT, path=task.export_path, worker=r.worker_id)
 
     def scale(self, workers: int) -> dict:
         if workers < 1:

@@ -81,12 +81,14 @@ class Reporter:
         metric_states: Mapping[str, list[np.ndarray]] | None = None,
         timing: pb.TaskTiming | None = None,
         wait: bool = True,
+        exported_tables: str = "",
     ) -> None:
         """Send everything about the task now: and wait for the master to have it, or
         (`wait=False`, mid-training) hand it to the background thread at once."""
         with self._lock:
             report = self._report(task_id)
             report.task_done = True
+            report.exported_tables = exported_tables
             if timing is not None:
                 report.timing.CopyFrom(timing)
             for name, values in (metric_states or {}).items():

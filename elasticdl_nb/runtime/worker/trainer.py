@@ -243,7 +243,7 @@ class Trainer:
             self.ps.exchange(None, {}, self.runner.variable_values)  # the newest dense values
             write_dense(embeddings, dict(self.ps.dense_values))
             note_not_exported(Path(task.export_path), self.runner.table_defs, embeddings)
-            self.reporter.task_done(task.task_id)
+            self.reporter.task_done(task.task_id, exported_tables=str(embeddings))
             return
         dense, rows = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
         tables = {name: table for name, (_, table) in rows.items()}
