@@ -1,0 +1,418 @@
+"""Benchmark (issue 17): embedding tables that live on the parameter servers only.
+
+    .venv/bin/python bench/embeddings.py [--quick]
+
+A. Throughput and memory, side by side in one run, alternating (ours, full-table, fit,
+   twice): a CTR model with one 10M-row × 16 table (4 fields, each looking up its quarter
+   of the ids, Zipf-like popularity) → 64 → 32 → 1, Adagrad(0.1), 1 worker + 2 PS.
+   - ours: this tree: the table lives on the 2 PS, a worker holds the rows of the
+     minibatches in flight.
+   - full-size worker tables: the same job on the code before issue 17
+     (`FULL_TABLE_COMMIT`, exported once to ~/.cache/elasticdl-nb/bench-trees/ and put
+     first on the PYTHONPATH of the process that runs the job, so the job runs that code):
+     every worker builds the whole table and the PS keep whole shards.
+   - Keras `fit`, one process, on the same model (the table fits: 640 MB).
+   Samples/s from each job's journal (bench/workloads.py `steady_state`); fit from its
+   epochs 2..E. Ratios: ours / full-table (target >= 0.9), ours / fit (reported). Peak RSS
+   (VmHWM) of the worker and of the larger PS of each job, and of the fit process.
+   Each measurement runs in a child process of its own (a fresh TensorFlow).
+B. Bounded PS memory: one table of `elasticdl_nb.layers.Embedding(16, max_rows=5M)`, ids
+   drawn uniformly from a 1e9 range (~10M distinct, so the cap is hit and rows churn),
+   1 worker + 2 PS, trained for 10 minutes (--quick: 2). Every 5 s: the rows each PS
+   holds (its `tables` events) and each PS's RSS; plotted to bench/plots/embedding_memory.png.
+   Judged: the PS RSS over the second half of the run stays within 10 % of its value at
+   the half-way mark (the limit is on that growth, in %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import harness
+import numpy as np
+
+FULL_TABLE_COMMIT = "bfe1b89"  # main before issue 17: whole tables in every worker
+TABLE_ROWS = 10_000_000
+FIELDS = 4
+HASH_RANGE = 10**9
+BOUNDED_MAX_ROWS = 5_000_000
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def _job_processes(home: Path) -> dict[int, str]:
+    """pid -> 'worker' or 'ps' for the live workers and PS of jobs under `home`."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if "elasticdl_nb.runtime." not in cmdline:
+            continue
+        if str(home) in cmdline or f"ELASTICDL_NB_JOB_DIR={home}".encode() in environ:
+            for role in ("worker", "ps"):
+                if f"elasticdl_nb.runtime.{role} " in cmdline + " ":
+                    found[int(proc.name)] = role
+    return found
+
+
+def _status_kib(pid: int | str, field: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class PeakWatcher:
+    """Samples the peak RSS (VmHWM) of a home's job processes until stopped."""
+
+    def __init__(self, home: Path):
+        self.home, self.peaks = home, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            for pid, role in _job_processes(self.home).items():
+                peak = _status_kib(pid, "VmHWM")
+                if peak is not None:
+                    self.peaks[pid] = (role, peak)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return {
+            f"{role}_peak_mib": max((p for r, p in self.peaks.values() if r == role), default=0)
+            / 1024
+            for role in ("worker", "ps")
+        }
+
+
+# ---------------------------------------------------------------------------- sides
+
+
+def _ctr_10m():
+    """(model function, loss, optimizer, data) of workload A."""
+    import tensorflow as tf
+    import workloads
+
+    ctr = workloads.ctr_module()
+
+    def custom_model():
+        ids = tf.keras.Input(shape=(FIELDS,), dtype="int64", name="ids")
+        table = tf.keras.layers.Embedding(TABLE_ROWS, 16, name="ids_table")
+        x = tf.keras.layers.Flatten()(table(ids))
+        x = tf.keras.layers.Dense(64, activation="relu")(x)
+        x = tf.keras.layers.Dense(32, activation="relu")(x)
+        return tf.keras.Model(ids, tf.keras.layers.Dense(1, name="logit")(x))
+
+    return custom_model, ctr
+
+
+def _data(records: int):
+    import workloads
+
+    ctr = workloads.ctr_module()
+    ids, clicks, _ = ctr.make_ctr_data(records, vocab=TABLE_ROWS // FIELDS, seed=1)
+    ids = ids.astype("int64") + (TABLE_ROWS // FIELDS) * np.arange(FIELDS)
+    return ids, clicks
+
+
+def side_job(records: int, epochs: int) -> dict:
+    """Workload A as a job of whatever elasticdl_nb this process imports."""
+    import workloads
+
+    import elasticdl_nb as edl
+
+    model, ctr = _ctr_10m()
+    x, y = _data(records)
+    with harness.job_home() as home:
+        watcher = PeakWatcher(home)
+        t0 = time.perf_counter()
+        job = edl.train(
+            model,
+            loss=ctr.loss,
+            optimizer=ctr.optimizer,
+            data=(x, y),
+            workers=1,
+            ps=2,
+            epochs=epochs,
+            minibatch_size=256,
+            minibatches_per_task=16,
+            name="bench-embeddings",
+        )
+        status = job.wait(timeout=1800, progress=False)
+        peaks = watcher.stop()
+        if status.get("state") != "succeeded":
+            raise RuntimeError(f"job ended {status.get('state')}: {status.get('error')}")
+        events = list(job.events(follow=False))
+        out = workloads.steady_state(events, 1, 256)
+    return {**out, **peaks, "wall_s": time.perf_counter() - t0, "code": edl.__file__}
+
+
+def side_fit(records: int, epochs: int) -> dict:
+    import workloads
+
+    model, ctr = _ctr_10m()
+    w = workloads.Workload(
+        "ctr10m", "CTR 10M", model, ctr.loss, ctr.optimizer, _data(records), 256, 16, epochs, 1800
+    )
+    out = workloads.run_fit(w)
+    return {**out, "process_peak_mib": _status_kib("self", "VmHWM") / 1024}
+
+
+# ---------------------------------------------------------------------------- bounded
+
+
+def bounded(minutes: float) -> dict:
+    """Workload B: returns the samples (time, rows per PS, RSS per PS)."""
+    import elasticdl_nb as edl
+
+    rng = np.random.default_rng(9)
+    records = 2_500_000
+    x = rng.integers(0, HASH_RANGE, size=(records, FIELDS), dtype=np.int64)
+    y = (rng.random(records) < 0.3).astype(np.float32)
+
+    def custom_model():
+        import keras
+
+        from elasticdl_nb.layers import Embedding
+
+        ids = keras.Input(shape=(FIELDS,), dtype="int64")
+        x = keras.layers.Flatten()(Embedding(16, max_rows=BOUNDED_MAX_ROWS, name="ids")(ids))
+        x = keras.layers.Dense(32, activation="relu")(x)
+        return keras.Model(ids, keras.layers.Dense(1)(x))
+
+    def loss(labels, predictions):
+        import tensorflow as tf
+
+        labels = tf.reshape(labels, [-1, 1])
+        return tf.reduce_mean(
+            tf.keras.losses.binary_crossentropy(labels, predictions, from_logits=True)
+        )
+
+    def optimizer():
+        import keras
+
+        return keras.optimizers.Adagrad(0.1)
+
+    samples = []
+    with harness.job_home() as home:
+        job = edl.train(
+            custom_model,
+            loss=loss,
+            optimizer=optimizer,
+            data=(x, y),
+            workers=1,
+            ps=2,
+            epochs=100,
+            minibatch_size=512,
+            checkpoint_steps=2000,
+            name="bench-bounded",
+        )
+        t0, rows = time.time(), [0, 0]
+        seen = 0
+        while time.time() - t0 < minutes * 60:
+            time.sleep(5)
+            events = list(job.events(follow=False))
+            for event in events[seen:]:
+                if event.kind == "tables":
+                    rows = event.data["ps_rows"]
+            seen = len(events)
+            ps = sorted(pid for pid, role in _job_processes(home).items() if role == "ps")
+            rss = [(_status_kib(pid, "VmRSS") or 0) / 1024 for pid in ps]
+            status = job.status()
+            samples.append(
+                {
+                    "t": time.time() - t0,
+                    "rows": list(rows),
+                    "rss_mib": rss,
+                    "step": status.get("step", 0),
+                }
+            )
+            harness.log(f"  {samples[-1]['t']:.0f} s: PS rows {rows}, RSS {rss} MiB")
+        job.stop()
+    return {"samples": samples, "max_rows": BOUNDED_MAX_ROWS}
+
+
+# ---------------------------------------------------------------------------- parent
+
+
+def _full_table_tree() -> Path:
+    """The tree of FULL_TABLE_COMMIT (its package, bench and examples), exported once."""
+    target = Path.home() / ".cache" / "elasticdl-nb" / "bench-trees" / FULL_TABLE_COMMIT
+    if (target / "elasticdl_nb" / "__init__.py").exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(harness.ROOT), "archive", FULL_TABLE_COMMIT, "elasticdl_nb"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def _child(side: str, args: argparse.Namespace, pythonpath: Path | None = None) -> dict:
+    out = Path(harness.RESULTS_DIR) / f".embeddings-{side}.json"
+    env = harness.pinned_env()
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    command = [harness.PY, __file__, "--side", side, "--out", str(out)]
+    command += ["--quick"] if args.quick else []
+    subprocess.run(command, env=env, check=True, cwd=Path(__file__).parent)
+    result = json.loads(out.read_text())
+    out.unlink()
+    return result
+
+
+def _plot(bounded_run: dict) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = bounded_run["samples"]
+    t = [s["t"] / 60 for s in samples]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for ps in range(len(samples[-1]["rows"])):
+        top.plot(t, [s["rows"][ps] / 1e6 for s in samples], label=f"PS {ps}")
+        bottom.plot(t, [s["rss_mib"][ps] if ps < len(s["rss_mib"]) else 0 for s in samples])
+    top.axhline(bounded_run["max_rows"] / 2 / 1e6, color="grey", ls="--", label="max_rows / 2")
+    top.set_ylabel("rows held (millions)")
+    top.legend()
+    bottom.set_ylabel("PS RSS (MiB)")
+    bottom.set_xlabel("minutes")
+    fig.suptitle("Ids from a 1e9 range, max_rows 5M: PS rows and memory over time")
+    path = harness.ROOT / "bench" / "plots" / "embedding_memory.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    return str(path.relative_to(harness.ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs")
+    parser.add_argument("--side", choices=["ours", "full", "fit", "bounded"])
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    records, epochs = (51_200, 2) if args.quick else (102_400, 3)
+    if args.side:
+        harness.pin_threads()
+        sys.path.insert(0, str(Path(__file__).parent))
+        if args.side == "fit":
+            result = side_fit(records, epochs)
+        elif args.side == "bounded":
+            result = bounded(2 if args.quick else 10)
+        else:
+            result = side_job(records, epochs)
+        Path(args.out).write_text(json.dumps(result))
+        return 0
+
+    t0 = time.perf_counter()
+    tree = _full_table_tree()
+    runs: dict[str, list[dict]] = {"ours": [], "full": [], "fit": []}
+    for rep in range(2):
+        for side in ("ours", "full", "fit"):
+            harness.log(f"A, run {rep + 1}: {side}")
+            runs[side].append(_child(side, args, tree if side == "full" else None))
+            harness.log(f"  -> {json.dumps(runs[side][-1])[:300]}")
+    harness.log("B: bounded PS memory")
+    bounded_run = _child("bounded", args)
+    plot = _plot(bounded_run)
+
+    def rates(side: str) -> list[float]:
+        return [r["samples_per_s"] for r in runs[side]]
+
+    case = "CTR, one 10M×16 table, 1 worker + 2 PS"
+    half = [s for s in bounded_run["samples"] if s["t"] >= bounded_run["samples"][-1]["t"] / 2]
+    mid = sum(half[0]["rss_mib"])
+    growth = [100 * (sum(s["rss_mib"]) / mid - 1) for s in half]
+    rows = [
+        harness.row(
+            case,
+            "training throughput",
+            rates("ours"),
+            rates("full"),
+            unit="samples/s",
+            baseline_label=f"full-size worker tables ({FULL_TABLE_COMMIT})",
+            target=0.9,
+        ),
+        harness.row(
+            case,
+            "training throughput",
+            rates("ours"),
+            rates("fit"),
+            unit="samples/s",
+            baseline_label="Keras model.fit, 1 process",
+        ),
+        harness.row(
+            case,
+            "peak RSS of the worker",
+            [r["worker_peak_mib"] for r in runs["ours"]],
+            [r["worker_peak_mib"] for r in runs["full"]],
+            unit="MiB",
+            baseline_label="full-size worker tables",
+            higher_is_better=False,
+        ),
+        harness.row(
+            case,
+            "peak RSS of a PS",
+            [r["ps_peak_mib"] for r in runs["ours"]],
+            [r["ps_peak_mib"] for r in runs["full"]],
+            unit="MiB",
+            baseline_label="full-size worker tables",
+            higher_is_better=False,
+        ),
+        harness.row(
+            case,
+            "peak RSS, whole job vs fit",
+            [r["worker_peak_mib"] + 2 * r["ps_peak_mib"] for r in runs["ours"]],
+            [r["process_peak_mib"] for r in runs["fit"]],
+            unit="MiB",
+            baseline_label="Keras model.fit process",
+            higher_is_better=False,
+        ),
+        harness.row(
+            f"ids from a 1e9 range, max_rows 5M, {bounded_run['samples'][-1]['t'] / 60:.0f} min",
+            "PS RSS growth over the second half",
+            [max(growth)],
+            unit="%",
+            higher_is_better=False,
+            limit=10.0,
+            note=f"plot: {plot}",
+        ),
+    ]
+    for r in rows:
+        harness.log(harness.describe(r))
+    harness.write_result(
+        "embeddings",
+        "Embedding tables on the PS only: vs full-size worker tables and fit; bounded memory",
+        rows,
+        {"runs": runs, "bounded": bounded_run},
+        command=" ".join([".venv/bin/python bench/embeddings.py", *sys.argv[1:]]),
+        seconds=time.perf_counter() - t0,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
