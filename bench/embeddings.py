@@ -22,6 +22,11 @@ B. Bounded PS memory: one table of `elasticdl_nb.layers.Embedding(16, max_rows=5
    holds (its `tables` events) and each PS's RSS; plotted to bench/plots/embedding_memory.png.
    Judged: the PS RSS over the second half of the run stays within 10 % of its value at
    the half-way mark (the limit is on that growth, in %).
+C. Checkpoint cost, in one process with the PS's own store and checkpoint directory: a
+   table of 4M rows × 16 (Adagrad: one slot), saved whole, then 1M of its rows updated and
+   saved as a delta. Seconds per million rows for each (the snapshot under the store's
+   lock, which stalls training, and the whole save); the ratio is whole / delta per
+   checkpoint (how much the delta saves).
 """
 
 from __future__ import annotations
@@ -253,6 +258,55 @@ def bounded(minutes: float) -> dict:
     return {"samples": samples, "max_rows": BOUNDED_MAX_ROWS}
 
 
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_cost(rows: int, changed: int) -> dict:
+    """Workload C: a whole save of `rows` rows, then a delta of `changed` of them."""
+    import tempfile
+
+    import keras
+
+    from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
+    from elasticdl_nb.runtime.ps.store import ParameterStore
+    from elasticdl_nb.runtime.table_def import TableDef
+
+    store = ParameterStore(lambda: keras.optimizers.Adagrad(0.1), 0, 1, minibatch_size=100_000)
+    store.init([], [TableDef("table", 16)])
+    ones = np.ones((100_000, 16), np.float32)
+
+    def update(ids_from: int, count: int, key: int) -> int:
+        for start in range(ids_from, ids_from + count, 100_000):
+            store.push(0, 0, key, {}, {"table": (np.arange(start, start + 100_000), ones)}, None)
+            key += 1
+        return key
+
+    key = update(0, rows, 0)
+    out = {"rows": rows, "changed": changed}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = CheckpointDir(Path(tmp), 0, keep=1)
+        for kind, since in (("whole", None), ("delta", store.version)):
+            if kind == "delta":
+                key = update(rows // 2, changed, key)
+            t0 = time.perf_counter()
+            state = store.snapshot(since)
+            locked = time.perf_counter() - t0
+            path = directory.save(state)
+            store.saved(state["version"])
+            out[kind] = {
+                "rows_saved": sum(len(t.ids) for t in state["tables"]),
+                "snapshot_s": locked,
+                "save_s": time.perf_counter() - t0,
+                "bytes": path.stat().st_size,
+            }
+            harness.log(f"  {kind}: {out[kind]}")
+        t0 = time.perf_counter()
+        restored, _ = directory.load_newest()
+        out["restore_s"] = time.perf_counter() - t0
+        assert len(restored["tables"][0].ids) == rows
+    return out
+
+
 # ---------------------------------------------------------------------------- parent
 
 
@@ -311,7 +365,7 @@ def _plot(bounded_run: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
-    parser.add_argument("--side", choices=["ours", "full", "fit", "bounded"])
+    parser.add_argument("--side", choices=["ours", "full", "fit", "bounded", "checkpoint"])
     parser.add_argument("--out")
     args = parser.parse_args()
     records, epochs = (51_200, 2) if args.quick else (102_400, 3)
@@ -322,6 +376,8 @@ def main() -> int:
             result = side_fit(records, epochs)
         elif args.side == "bounded":
             result = bounded(2 if args.quick else 10)
+        elif args.side == "checkpoint":
+            result = checkpoint_cost(4_000_000, 1_000_000)
         else:
             result = side_job(records, epochs)
         Path(args.out).write_text(json.dumps(result))
@@ -338,6 +394,15 @@ def main() -> int:
     harness.log("B: bounded PS memory")
     bounded_run = _child("bounded", args)
     plot = _plot(bounded_run)
+    harness.log("C: checkpoint cost")
+    cost = _child("checkpoint", args)
+    per_million = {
+        kind: {
+            key: cost[kind][key] / (cost[kind]["rows_saved"] / 1e6)
+            for key in ("snapshot_s", "save_s")
+        }
+        for kind in ("whole", "delta")
+    }
 
     def rates(side: str) -> list[float]:
         return [r["samples_per_s"] for r in runs[side]]
@@ -400,6 +465,21 @@ def main() -> int:
             limit=10.0,
             note=f"plot: {plot}",
         ),
+        harness.row(
+            f"PS checkpoint, 1M of {cost['rows'] / 1e6:.0f}M rows × 16 changed",
+            "seconds per checkpoint",
+            [cost["delta"]["save_s"]],
+            [cost["whole"]["save_s"]],
+            unit="s",
+            baseline_label="the whole table",
+            higher_is_better=False,
+            note=(
+                f"per million rows saved: delta {per_million['delta']['save_s']:.2f} s "
+                f"(under the lock {per_million['delta']['snapshot_s']:.2f} s), whole "
+                f"{per_million['whole']['save_s']:.2f} s; restore of the chain "
+                f"{cost['restore_s']:.1f} s"
+            ),
+        ),
     ]
     for r in rows:
         harness.log(harness.describe(r))
@@ -407,7 +487,7 @@ def main() -> int:
         "embeddings",
         "Embedding tables on the PS only: vs full-size worker tables and fit; bounded memory",
         rows,
-        {"runs": runs, "bounded": bounded_run},
+        {"runs": runs, "bounded": bounded_run, "checkpoint": cost},
         command=" ".join([".venv/bin/python bench/embeddings.py", *sys.argv[1:]]),
         seconds=time.perf_counter() - t0,
     )

@@ -33,6 +33,7 @@ BENCHMARKS = [
     "allreduce_recovery",
     "chaos",
     "replica_checkpoints",
+    "embeddings",
     "startup",
     "event_path",
     "widget_path",

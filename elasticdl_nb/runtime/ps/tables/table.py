@@ -22,7 +22,7 @@ import numpy as np
 
 from elasticdl_nb.runtime.ps.tables.admission import Admission
 from elasticdl_nb.runtime.ps.tables.hash_index import HashIndex
-from elasticdl_nb.runtime.ps.tables.row_store import RowStore
+from elasticdl_nb.runtime.ps.tables.row_store import NEVER, RowStore
 from elasticdl_nb.runtime.table_def import TableDef, initial_rows
 
 ABSENT = -1  # the row number `locate` gives an id the table does not hold
@@ -179,22 +179,24 @@ class EmbeddingTable:
 
     def snapshot(self, since: int | None = None) -> TableSnapshot:
         """The whole table, or (`since` a version) the rows updated after that version and
-        the ids evicted after it: what changed since a checkpoint of that version."""
-        ids, rows = self.index.items()
-        rows = rows.astype(np.int64)
-        updated = self.rows.last_update(rows)
-        removed = np.zeros(0, np.int64)
-        if since is not None:
-            changed = updated > since
-            ids, rows, updated = ids[changed], rows[changed], updated[changed]
-            removed = np.concatenate(
-                [removed] + [gone for version, gone in self._evictions if version > since]
-            )
+        the ids evicted after it: what changed since a checkpoint of that version. Found
+        by a scan of the rows' last updates, not of the index."""
+        rows = self.rows.updated_after(NEVER if since is None else since)
+        removed = [
+            gone for version, gone in self._evictions if since is not None and version > since
+        ]
         policy = {
             "counts": vars(self.counts).copy(),
             "admission": None if self.admission is None else self.admission.counts.copy(),
         }
-        return TableSnapshot(self.definition, ids, self.rows.gather(rows), updated, removed, policy)
+        return TableSnapshot(
+            self.definition,
+            self.rows.ids_of(rows),
+            self.rows.gather(rows),
+            self.rows.last_update(rows),
+            np.concatenate([np.zeros(0, np.int64), *removed]),
+            policy,
+        )
 
     def saved(self, version: int) -> None:
         """A checkpoint of `version` is on disk: the evictions up to it are in it."""
