@@ -275,3 +275,26 @@ def test_admission_and_eviction_bound_the_ps_tables_and_are_counted_in_the_journ
         for table in state["tables"]:
             assert table.definition.max_rows == max_rows and table.definition.min_count == 2
             assert len(table.ids) <= share and (table.ids % 2 == ps).all()
+
+
+def test_a_captured_model_starts_its_ps_tables_from_its_own_table_values(job_home):
+    import keras
+
+    rng = np.random.default_rng(5)
+    table = rng.normal(size=(101, 4)).astype(np.float32)  # e.g. pre-trained vectors
+    model = keras.Sequential(
+        [
+            keras.Input((3,), dtype="int64"),
+            keras.layers.Embedding(101, 4, name="pretrained"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.get_layer("pretrained").embeddings.assign(table)
+    # A learning rate of 0: whatever the job exports is what the PS started from.
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    x = rng.integers(0, 101, size=(1024, 3))
+    job = edl.train(model, data=(x, rng.normal(size=1024)), workers=1, ps=2, epochs=1)
+    assert job.wait(timeout=300)["state"] == "succeeded"
+    exported = job.model().get_layer("pretrained").embeddings.numpy()
+    np.testing.assert_array_equal(exported, table)

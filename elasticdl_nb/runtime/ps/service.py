@@ -35,8 +35,9 @@ class ParameterServerService(rpc.ParameterServerServicer):
     def Init(self, request: pb.InitRequest, context) -> pb.InitResponse:
         dense = [VariableSpec(v.name, to_array(v.value).copy()) for v in request.variables]
         tables = [TableDef.from_json(text) for text in request.tables]
+        seeds = {v.name: to_array(v.value) for v in request.table_seeds}
         try:
-            accepted = self.store.init(dense, tables)
+            accepted = self.store.init(dense, tables, seeds)
         except TableError as err:  # (preflight refuses such a job before launch)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
         if accepted:

@@ -79,13 +79,25 @@ class ParameterStore:
 
     # ------------------------------------------------------------------ set-up
 
-    def init(self, dense: list[VariableSpec], tables: list[TableDef] = ()) -> bool:
+    def init(
+        self,
+        dense: list[VariableSpec],
+        tables: list[TableDef] = (),
+        seeds: dict[str, np.ndarray] | None = None,
+    ) -> bool:
         """Create the variables from the first worker's values and the tables from its
-        definitions; later calls are ignored."""
+        definitions, holding the `seeds` rows where given (this shard's ids of a whole
+        table, in order); later calls are ignored."""
         with self.lock:
             if self.initialized:
                 return False
             self._create(dense, list(tables))
+            for name, rows in (seeds or {}).items():
+                table = self.tables[name]
+                ids = np.arange(self.ps_id, table.definition.input_dim, self.num_ps)
+                numbers, states = table.states(ids)
+                states[:, : table.dim] = rows
+                table.write(ids, numbers, states, self.version)
             return True
 
     def _create(self, dense: list[VariableSpec], tables: list[TableDef]) -> None:

@@ -124,6 +124,15 @@ class ModelRunner:
         self.table_defs = [
             table_def(name, layer) for name, layer in zip(self.table_names, self._tables)
         ]
+        # Tables a captured model brought (its trained or loaded values): the PS start
+        # from them. Given to the PS once (`take_table_seeds`), then dropped here.
+        self._seeds = {
+            name: layer.seed_rows
+            for name, layer in zip(self.table_names, self._tables)
+            if getattr(layer, "seed_rows", None) is not None
+        }
+        for layer in self._tables:
+            layer.seed_rows = None
         for name, layer in zip(self.table_names, self._tables):
             if not holds_no_table(layer):
                 log.warning(
@@ -217,6 +226,12 @@ class ModelRunner:
     def variable_values(self) -> list[tuple[str, np.ndarray]]:
         """(name, value) of every dense trainable variable, for initializing the PS."""
         return [(n, np.asarray(v.numpy())) for n, v in zip(self.dense_names, self.dense_vars)]
+
+    def take_table_seeds(self) -> dict[str, np.ndarray]:
+        """The whole tables a captured model brought, by table name; empty after the
+        first call (the PS keep them from then on)."""
+        seeds, self._seeds = self._seeds, {}
+        return seeds
 
     def probe_ids(self, features: Any) -> dict[str, np.ndarray]:
         """The embedding rows a step on `features` looks up, per table."""

@@ -168,20 +168,27 @@ class PsClient:
         for name, value in variables:
             self._shard_dense_bytes[self.dense_placement[name]] += value.nbytes
 
-    def _init_request(self, ps: int, variables) -> pb.InitRequest:
+    def _init_request(self, ps: int, variables, seeds=None) -> pb.InitRequest:
         request = pb.InitRequest(tables=[t.to_json() for t in self.tables])
         for name, value in variables:
             if self.dense_placement[name] == ps:
                 request.variables.add(name=name, value=to_tensor(value))
+        for name, table in (seeds or {}).items():  # shard `ps` owns ids ps, ps + num_ps, ...
+            request.table_seeds.add(name=name, value=to_tensor(table[ps :: self.num_ps]))
         return request
 
-    def initialize(self, variables: list[tuple[str, np.ndarray]] | None = None) -> None:
-        """Offer initial values to every shard; a shard keeps the first values it gets."""
+    def initialize(
+        self,
+        variables: list[tuple[str, np.ndarray]] | None = None,
+        seeds: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """Offer initial values to every shard (and whole tables to start from, by
+        name); a shard keeps the first values it gets."""
         for ps in range(self.num_ps):
             self._call(
                 ps,
                 lambda stub, p=ps: stub.Init(
-                    self._init_request(p, variables or self._variables), timeout=60
+                    self._init_request(p, variables or self._variables, seeds), timeout=60
                 ),
             )
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from elasticdl_nb.model.contract import ContractError
@@ -28,21 +29,30 @@ _TRUNCATED_STDDEV = 0.87962566103423978  # stddev of a unit normal cut at two de
 def embeddings_without_tables() -> Iterator[None]:
     """Embedding layers created inside get a one-row placeholder for a table when they are
     built (Keras binds a layer's `build` when the layer is created, so the layers keep it
-    after the block ends)."""
-    original = keras.layers.Embedding.build
+    after the block ends). A table loaded into one inside (a model captured from the
+    notebook, with its weights) is kept aside as the layer's `seed_rows`: the PS start
+    the table from it."""
+    embedding = keras.layers.Embedding
+    original_build, original_load = embedding.build, embedding.load_own_variables
 
     def build(self, input_shape=None):
         full, self.input_dim = self.input_dim, 1
         try:
-            original(self, input_shape)
+            original_build(self, input_shape)
         finally:
             self.input_dim = full
 
-    keras.layers.Embedding.build = build
+    def load_own_variables(self, store):
+        if self.quantization_mode is None and holds_no_table(self) and self.input_dim > 1:
+            self.seed_rows = np.asarray(store["0"])
+            return
+        original_load(self, store)
+
+    embedding.build, embedding.load_own_variables = build, load_own_variables
     try:
         yield
     finally:
-        keras.layers.Embedding.build = original
+        embedding.build, embedding.load_own_variables = original_build, original_load
 
 
 def holds_no_table(layer) -> bool:

@@ -102,7 +102,7 @@ class Trainer:
             return
         self.runner.build(features)
         self.ps.set_model(self.runner.variable_values(), self.runner.table_defs)
-        self.ps.initialize()
+        self.ps.initialize(seeds=self.runner.take_table_seeds())
 
     def _pull(self, features) -> dict:
         """Load the dense parameters a step on `features` needs into the model, and return
