@@ -43,20 +43,23 @@ class CompiledCall:
         self.name = name
         self.signature = signature
         self._concrete = tf.function(fn).get_concrete_function(*signature)
-        self._specs = tf.nest.flatten(signature)
+        # Composite arguments (a tf.SparseTensor of features) pass as their component
+        # tensors, as the concrete function's flat entry point takes them.
+        self._specs = tf.nest.flatten(signature, expand_composites=True)
         self._dims = [tuple(s.shape.as_list()) for s in self._specs]
         self._fast = hasattr(self._concrete, "_call_flat") and _EagerTensor is not None
         self._enums = [s.dtype.as_datatype_enum for s in self._specs]
 
     def __call__(self, *args: Any) -> Any:
-        flat = tf.nest.flatten(args)
+        flat = tf.nest.flatten(args, expand_composites=True)
         if len(flat) != len(self._specs):
             raise SignatureMismatch(
                 f"{self.name}: {len(flat)} tensors given, compiled for {len(self._specs)}"
             )
         if not self._fast:
             tensors = [self._tensor(i, x, None) for i, x in enumerate(flat)]
-            return self._concrete(*tf.nest.pack_sequence_as(self.signature, tensors))
+            packed = tf.nest.pack_sequence_as(self.signature, tensors, expand_composites=True)
+            return self._concrete(*packed)
         device = _context.context().device_name
         tensors = [self._tensor(i, x, device) for i, x in enumerate(flat)]
         return self._concrete._call_flat(tensors, self._concrete.captured_inputs)

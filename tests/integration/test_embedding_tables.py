@@ -298,3 +298,27 @@ def test_a_captured_model_starts_its_ps_tables_from_its_own_table_values(job_hom
     assert job.wait(timeout=300)["state"] == "succeeded"
     exported = job.model().get_layer("pretrained").embeddings.numpy()
     np.testing.assert_array_equal(exported, table)
+
+
+def test_an_elasticdl_model_zoo_file_with_sparse_bags_of_ids_and_a_combiner_trains(
+    job_home, tmp_path
+):
+    from sklearn.metrics import roc_auc_score
+
+    zoo = model_zoo_module("bag_of_ids")
+    (train, test), clicks, true_logits = zoo.write_bag_tfrecords(tmp_path, 20_000, 5_000)
+    job = edl.train(
+        "bag_of_ids.custom_model",
+        model_zoo="examples/model_zoo/bag_of_ids.py",
+        data=train,
+        validation_data=test,
+        workers=2,
+        ps=2,
+        epochs=2,
+        minibatch_size=128,
+    )
+    final = job.wait(timeout=400)
+    assert final["state"] == "succeeded"
+    best = roc_auc_score(clicks, true_logits)
+    print(f"AUC: job's evaluation {final['metrics']['auc']:.3f}, ground truth {best:.3f}")
+    assert final["metrics"]["auc"] >= 0.5 + 0.5 * (best - 0.5)

@@ -97,3 +97,34 @@ def test_model_zoo_files_import_it_from_elasticdl():
     layer = FromElasticDL(8, input_length=3, mask_zero=True, embedding_service_endpoint=None)
     assert (layer.output_dim, layer.input_dim, layer.input_length) == (8, None, 3)
     assert Embedding.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+def test_a_step_takes_sparse_features_through_the_combiner():
+    def model():
+        ids = keras.Input((None,), sparse=True, dtype="int64")
+        vector = Embedding(4, combiner="mean")(ids)
+        return keras.Model(ids, keras.layers.Dense(1, kernel_initializer="ones")(vector))
+
+    runner = _runner(model)
+    features = tf.SparseTensor(
+        [[0, 0], [0, 1], [1, 0]], tf.constant([5, 2**40, 5], tf.int64), [2, 3]
+    )
+    runner.build(features)
+    (table,) = runner.table_defs
+    ids = runner.probe_ids(features)[table.name]
+    assert sorted(ids) == [5, 2**40]
+    rows = runner.initial_rows({table.name: ids})
+    start = dict(zip(ids.tolist(), rows[table.name][1]))
+    out = runner.forward(features, rows).numpy()[:, 0]
+    np.testing.assert_allclose(
+        out, [(start[5] + start[2**40]).sum() / 2, start[5].sum()], rtol=1e-5
+    )
+    # Two steps with other shapes of sparse input: one compiled step serves them.
+    for batch in (features, tf.SparseTensor([[0, 2]], tf.constant([9], tf.int64), [1, 3])):
+        batch_ids = runner.probe_ids(batch)[table.name]
+        grads = runner.train_step(
+            batch,
+            np.zeros((batch.dense_shape[0], 1), np.float32),
+            rows=runner.initial_rows({table.name: batch_ids}),
+        )
+        assert sorted(grads.tables[table.name][0]) == sorted(batch_ids)

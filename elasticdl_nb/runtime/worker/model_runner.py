@@ -61,6 +61,13 @@ def _unique_names(variables) -> list[str]:
     return names
 
 
+def _no_examples(x: Any) -> Any:
+    """`x` with no examples (its first dimension 0), of the same kind."""
+    if isinstance(x, tf.SparseTensor):
+        return tf.sparse.slice(x, [0] * x.shape.rank, [0, *x.dense_shape[1:].numpy()])
+    return np.asarray(x)[:0]
+
+
 class ModelRunner:
     def __init__(self, contract: ModelContract):
         self.contract = contract
@@ -317,6 +324,8 @@ class ModelRunner:
         which skips tf.function's per-call argument binding."""
 
         def batch_spec(x):
+            if isinstance(x, tf.SparseTensor):  # (a feed's sparse features)
+                return tf.SparseTensorSpec([None, *x.shape[1:]], x.dtype)
             x = tf.convert_to_tensor(x)
             return tf.TensorSpec([None, *x.shape[1:]], x.dtype)
 
@@ -350,7 +359,7 @@ class ModelRunner:
         ids, values = self._rows_args(rows)
         wants_ids = probe_features is not None and bool(self.table_defs)
         if not wants_ids:  # an empty minibatch probes nothing
-            probe_features = tf.nest.map_structure(lambda x: np.asarray(x)[:0], features)
+            probe_features = tf.nest.map_structure(_no_examples, features)
         loss, dense_grads, grad_ids, grad_rows, probed = self._train(
             features, labels, dense_values, ids, values, probe_features
         )
