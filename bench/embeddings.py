@@ -86,28 +86,42 @@ def _status_kib(pid: int | str, field: str) -> int | None:
 
 
 class PeakWatcher:
-    """Samples the peak RSS (VmHWM) of a home's job processes until stopped."""
+    """Samples the peak RSS (VmHWM) of a home's job processes: while the job trains (its
+    phase: the export after it builds the whole model, which is measured apart), and to
+    the end."""
 
-    def __init__(self, home: Path):
-        self.home, self.peaks = home, {}
+    def __init__(self, home: Path, job):
+        self.home, self.job = home, job
+        self.training: dict[int, tuple[str, int]] = {}
+        self.overall: dict[int, tuple[str, int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        training = True
         while not self._stop.wait(0.2):
+            if training:
+                training = self.job.status().get("phase") in (None, "training")
             for pid, role in _job_processes(self.home).items():
                 peak = _status_kib(pid, "VmHWM")
                 if peak is not None:
-                    self.peaks[pid] = (role, peak)
+                    self.overall[pid] = (role, peak)
+                    if training:
+                        self.training[pid] = (role, peak)
 
     def stop(self) -> dict[str, float]:
         self._stop.set()
         self._thread.join()
+
+        def peak(peaks: dict, role: str) -> float:
+            return max((p for r, p in peaks.values() if r == role), default=0) / 1024
+
         return {
-            f"{role}_peak_mib": max((p for r, p in self.peaks.values() if r == role), default=0)
-            / 1024
-            for role in ("worker", "ps")
+            "worker_peak_mib": peak(self.training, "worker"),
+            "ps_peak_mib": peak(self.training, "ps"),
+            "worker_peak_with_export_mib": peak(self.overall, "worker"),
+            "ps_peak_with_export_mib": peak(self.overall, "ps"),
         }
 
 
@@ -150,7 +164,6 @@ def side_job(records: int, epochs: int) -> dict:
     model, ctr = _ctr_10m()
     x, y = _data(records)
     with harness.job_home() as home:
-        watcher = PeakWatcher(home)
         t0 = time.perf_counter()
         job = edl.train(
             model,
@@ -164,6 +177,7 @@ def side_job(records: int, epochs: int) -> dict:
             minibatches_per_task=16,
             name="bench-embeddings",
         )
+        watcher = PeakWatcher(home, job)
         status = job.wait(timeout=1800, progress=False)
         peaks = watcher.stop()
         if status.get("state") != "succeeded":

@@ -98,9 +98,21 @@ def _standard_normal(seed: int, ids: np.ndarray, dim: int, stream: int) -> np.nd
     return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
 
 
+CHUNK = 1 << 16  # ids drawn at a time: the float64 temporaries stay tens of MB
+
+
 def initial_rows(table: TableDef, ids: np.ndarray) -> np.ndarray:
     """The rows `ids` start as: [len(ids), dim] of the table's dtype."""
     ids = np.asarray(ids, np.int64)
+    if len(ids) <= CHUNK:
+        return _draw(table, ids)
+    out = np.empty((len(ids), table.dim), table.dtype)
+    for start in range(0, len(ids), CHUNK):
+        out[start : start + CHUNK] = _draw(table, ids[start : start + CHUNK])
+    return out
+
+
+def _draw(table: TableDef, ids: np.ndarray) -> np.ndarray:
     init, dim, seed = table.initializer, table.dim, table.seed
     if init.kind == "constant":
         rows = np.full((len(ids), dim), init.value)

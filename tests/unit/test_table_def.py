@@ -54,3 +54,13 @@ def test_a_constant_table_and_the_json_round_trip():
     assert TableDef.from_json(table.to_json()) == table
     with pytest.raises(ValueError, match="not one of"):
         Initializer("orthogonal")
+
+
+def test_many_rows_are_drawn_in_chunks_with_the_same_values(monkeypatch):
+    import elasticdl_nb.runtime.table_def as table_def
+
+    table = _table("truncated_normal", stddev=0.1)
+    ids = np.arange(-500, 500, dtype=np.int64)
+    whole = initial_rows(table, ids)
+    monkeypatch.setattr(table_def, "CHUNK", 64)
+    np.testing.assert_array_equal(initial_rows(table, ids), whole)
