@@ -12,7 +12,6 @@ The newest `keep` bases are kept, with the deltas that follow them.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
@@ -62,11 +61,9 @@ class CheckpointDir:
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         kind = "ckpt" if parent is None else "delta"
         path = self.dir / f"{kind}-{state['version']:012d}.npz"
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as out:
-            out.write(buffer.getbuffer())
+        with open(tmp, "wb") as out:  # (straight to the file: no second copy in memory)
+            np.savez(out, **arrays)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)  # a reader sees the old set or the new one, never half a file
