@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -111,6 +112,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated")
+    parser.add_argument(
+        "--extra", default="", help="arguments for each benchmark run (e.g. '--parts B,C')"
+    )
     args = parser.parse_args()
     command = " ".join(
         ["make bench" if len(sys.argv) == 1 else ".venv/bin/python bench/run.py", *sys.argv[1:]]
@@ -124,6 +128,7 @@ def main() -> int:
         argv = [harness.PY, str(harness.ROOT / "bench" / f"{name}.py")]
         if args.quick:
             argv.append("--quick")
+        argv += shlex.split(args.extra)
         done = subprocess.run(argv, cwd=harness.ROOT)
         path = harness.RESULTS_DIR / f"{name}.json"
         if (

@@ -77,7 +77,7 @@ def _validated_files(x: Any, y: Any) -> dict[str, np.ndarray]:
     else:
         files[npy_layout.features_file_name()] = _as_array(x, "x")
     if y is not None:
-        labels[npy_layout.LABELS_FILE] = _as_array(y, "y")
+        labels[npy_layout.LABELS_FILE] = _as_array(y, "y", strings=False)
     names = {file_name: _display_name(file_name) for file_name in (*files, *labels)}
     files.update(labels)
     (first_file, first), *others = files.items()
@@ -92,7 +92,9 @@ def _validated_files(x: Any, y: Any) -> dict[str, np.ndarray]:
     return files
 
 
-def _as_array(value: Any, name: str) -> np.ndarray:
+def _as_array(value: Any, name: str, strings: bool = True) -> np.ndarray:
+    """`value` as an array that can be staged; `strings`: fixed-width strings allowed
+    (features: string ids; labels must be numbers a loss can take)."""
     try:
         array = np.asarray(value)
     except ValueError as error:  # Ragged nested lists.
@@ -105,14 +107,21 @@ def _as_array(value: Any, name: str) -> np.ndarray:
             f"{name} is a scalar; it needs a first dimension with one entry per "
             f"record. Fix: pass an array of shape [num_records, ...]."
         )
-    if array.dtype.kind == "O" and len(array) and isinstance(array.flat[0], str | bytes):
+    if (
+        strings
+        and array.dtype.kind == "O"
+        and len(array)
+        and isinstance(array.flat[0], str | bytes)
+    ):
         array = array.astype(str)  # strings in an object array: fixed width
-    if array.dtype.kind not in _STAGEABLE_KINDS:
+    kinds = _STAGEABLE_KINDS if strings else _STAGEABLE_KINDS - {"S", "U"}
+    if array.dtype.kind not in kinds:
+        allowed = "numeric, bool and string" if strings else "numeric and bool"
         raise DataError(
-            f"{name} has dtype {array.dtype}, which cannot be staged; only numeric, bool "
-            f"and string arrays can be memory-mapped for training. Fix: convert it to "
-            f"numbers or strings first (e.g. np.asarray(..., dtype=np.float32), or "
-            f"np.asarray(..., dtype=str))."
+            f"{name} has dtype {array.dtype}, which cannot be staged; only {allowed} "
+            f"arrays can be memory-mapped for training here. Fix: convert it to numbers "
+            f"first (e.g. encode categories as integers, then np.asarray(..., "
+            f"dtype=np.float32))" + (", or to np.asarray(..., dtype=str)." if strings else ".")
         )
     if len(array) == 0:
         raise DataError(

@@ -94,6 +94,16 @@ def test_object_array_error_says_convert_to_numbers(tmp_path):
     assert "x has dtype object" in message and "convert it to numbers" in message
 
 
+def test_string_features_stage_as_fixed_width_strings(tmp_path):
+    # String ids for elasticdl_nb.layers.Embedding, which hashes them; an object array of
+    # Python strings becomes fixed width (an object array cannot be memory-mapped).
+    x = np.array([["user:1", "ad:22"], ["user:333", "ad:4"]], dtype=object)
+    directory = stage_arrays(x, np.array([0.0, 1.0]), str(tmp_path / "staged"))
+    _, (features, _) = read_all(directory)
+    assert features.dtype.kind == "U"
+    np.testing.assert_array_equal(features, x.astype(str))
+
+
 def test_string_labels_are_rejected(tmp_path):
     with pytest.raises(DataError, match="y has dtype <U3"):
         stage_arrays(np.zeros(2), np.array(["cat", "dog"]), str(tmp_path / "staged"))
