@@ -74,6 +74,33 @@ def _train_and_watch(home: Path, input_dim: int) -> tuple[int, int]:
     return worker, ps
 
 
+def _ctr_data_over_2_62(ctr, vocab: int):
+    """examples/model_zoo/ctr.py's data (train, then test with its true logits), each of
+    its `vocab` ids made a random one of 2^62 values."""
+    x, y, _ = ctr.make_ctr_data(40_000, vocab=vocab, seed=1)
+    xt, yt, true_logits = ctr.make_ctr_data(8_000, vocab=vocab, seed=2)
+    spread = np.random.default_rng(62).integers(0, 2**62, size=vocab, dtype=np.int64)
+    return (spread[x], y), (spread[xt], yt, true_logits)
+
+
+def _elasticdl_ctr_model(**table_args):
+    """ctr.py's model with an elasticdl_nb.layers.Embedding(16, **table_args) per field."""
+
+    def custom_model():
+        import keras
+
+        from elasticdl_nb.layers import Embedding
+
+        ids = keras.Input(shape=(4,), dtype="int64")
+        fields = [Embedding(16, **table_args, name=f"field_{f}")(ids[:, f]) for f in range(4)]
+        x = keras.layers.Concatenate()(fields)
+        x = keras.layers.Dense(64, activation="relu", name="hidden0")(x)
+        x = keras.layers.Dense(32, activation="relu", name="hidden1")(x)
+        return keras.Model(ids, keras.layers.Dense(1, name="logit")(x))
+
+    return custom_model
+
+
 def test_worker_memory_does_not_grow_with_the_tables_input_dim(job_home):
     measured = {size: _train_and_watch(job_home, size) for size in SIZES}
     for size, (worker, ps) in measured.items():
@@ -143,27 +170,9 @@ def test_ids_from_a_2_62_range_train_in_elasticdl_embeddings_created_on_first_to
     from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 
     ctr = model_zoo_module("ctr")
-    vocab = 1_000
-    x, y, _ = ctr.make_ctr_data(40_000, vocab=vocab, seed=1)
-    xt, yt, true_logits = ctr.make_ctr_data(8_000, vocab=vocab, seed=2)
-    # Each of the model's ids becomes a random one of 2^62 values.
-    spread = np.random.default_rng(62).integers(0, 2**62, size=vocab, dtype=np.int64)
-    x, xt = spread[x], spread[xt]
-
-    def custom_model():
-        import keras
-
-        from elasticdl_nb.layers import Embedding
-
-        ids = keras.Input(shape=(4,), dtype="int64")
-        fields = [Embedding(16, name=f"field_{f}")(ids[:, f]) for f in range(4)]
-        x = keras.layers.Concatenate()(fields)
-        x = keras.layers.Dense(64, activation="relu", name="hidden0")(x)
-        x = keras.layers.Dense(32, activation="relu", name="hidden1")(x)  # (as ctr.py)
-        return keras.Model(ids, keras.layers.Dense(1, name="logit")(x))
-
+    (x, y), (xt, yt, true_logits) = _ctr_data_over_2_62(ctr, vocab=1_000)
     job = edl.train(
-        custom_model,
+        _elasticdl_ctr_model(),
         loss=ctr.loss,
         optimizer=ctr.optimizer,
         eval_metrics_fn=ctr.eval_metrics_fn,
@@ -218,28 +227,10 @@ def test_admission_and_eviction_bound_the_ps_tables_and_are_counted_in_the_journ
     from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 
     ctr = model_zoo_module("ctr")
-    vocab, max_rows = 5_000, 2_000
-    x, y, _ = ctr.make_ctr_data(40_000, vocab=vocab, seed=1)
-    xt, yt, true_logits = ctr.make_ctr_data(8_000, vocab=vocab, seed=2)
-    spread = np.random.default_rng(62).integers(0, 2**62, size=vocab, dtype=np.int64)
-    x, xt = spread[x], spread[xt]
-
-    def custom_model():
-        import keras
-
-        from elasticdl_nb.layers import Embedding
-
-        ids = keras.Input(shape=(4,), dtype="int64")
-        fields = [
-            Embedding(16, min_count=2, max_rows=2_000, name=f"field_{f}")(ids[:, f])
-            for f in range(4)
-        ]
-        x = keras.layers.Dense(64, activation="relu")(keras.layers.Concatenate()(fields))
-        x = keras.layers.Dense(32, activation="relu")(x)
-        return keras.Model(ids, keras.layers.Dense(1)(x))
-
+    max_rows = 2_000
+    (x, y), (xt, yt, true_logits) = _ctr_data_over_2_62(ctr, vocab=5_000)
     job = edl.train(
-        custom_model,
+        _elasticdl_ctr_model(min_count=2, max_rows=max_rows),
         loss=ctr.loss,
         optimizer=ctr.optimizer,
         eval_metrics_fn=ctr.eval_metrics_fn,
