@@ -93,6 +93,14 @@ class JobSpec:
         "so the PS works while the worker computes: faster, but gradients use parameters "
         "one update old (asynchronous SGD already tolerates such staleness).",
     )
+    grads_to_wait: int = _opt(
+        0,
+        "PS only: 0 = asynchronous updates (each push is applied at once); N > 0 = "
+        "synchronous (ElasticDL's grads_to_wait): each PS applies the average of N "
+        "minibatches' gradients as one version, and refuses a gradient computed on an "
+        "older version, which the worker then computes again on the new one.",
+        minimum=0,
+    )
     lr_scaling: str = _opt(
         "none",
         "Allreduce only: what happens to the learning rate when the group grows or "
@@ -100,6 +108,18 @@ class JobSpec:
         "global batch is members x minibatch_size. 'none' keeps the optimizer's learning "
         "rate; 'linear' multiplies it by members / workers (the linear scaling rule).",
         choices=("none", "linear"),
+    )
+    # Output.
+    export_format: str = _opt(
+        "keras",
+        "What the job exports when it ends: a Keras file (model.keras), a TensorFlow "
+        "SavedModel with a serving signature (saved_model/), or both.",
+        choices=("keras", "saved_model", "both"),
+    )
+    tensorboard: bool = _opt(
+        True,
+        "Write TensorBoard event files (loss, evaluation metrics, records/s, workers, "
+        "restarts) under the job directory's tensorboard/ folder.",
     )
     # Fault tolerance.
     checkpoint_steps: int = _opt(
@@ -232,6 +252,16 @@ class JobSpec:
             raise SpecError(
                 "overlap_communication applies to the 'ps' strategy: allreduce steps are "
                 "synchronous. Drop overlap_communication or use strategy='ps'."
+            )
+        if self.grads_to_wait and self.strategy != "ps":
+            raise SpecError(
+                "grads_to_wait makes parameter servers wait for N gradients; the allreduce "
+                "strategy is synchronous already. Drop grads_to_wait or use strategy='ps'."
+            )
+        if self.grads_to_wait and self.overlap_communication:
+            raise SpecError(
+                "grads_to_wait (synchronous PS) needs each gradient computed on the newest "
+                "version, and overlap_communication computes on one update old: drop one."
             )
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}.")
