@@ -12,6 +12,9 @@ shares. Its layout is written here and nowhere else:
     checkpoints/  PS checkpoints         model.keras   the exported model
                                          model.not-exported  why it is not (tables too
                                          large for one file)
+    saved_model/  the exported TensorFlow SavedModel (export_format saved_model or both)
+                  saved_model.not-exported  why it is not
+    tensorboard/  TensorBoard event files written from the journal (`tensorboard`)
     replicas/     what each allreduce replica applied (the exactly-once record)
 
 JSON files are written atomically (readers never see half a file).
@@ -88,6 +91,18 @@ class JobDir:
     def model_not_exported(self) -> Path:
         return not_exported_note(self.model)
 
+    @property
+    def saved_model(self) -> Path:
+        return self.path / "saved_model"
+
+    @property
+    def saved_model_not_exported(self) -> Path:
+        return not_exported_note(self.saved_model)
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
     def log(self, role: str, index: int = 0) -> Path:
         """The log of one process: `master.log`, `supervisor.log`, `worker-3.log`, `ps-0.log`."""
         name = role if role in (Role.MASTER, SUPERVISOR) else f"{role}-{index}"
@@ -98,8 +113,9 @@ class JobDir:
 
 
 def not_exported_note(model: Path) -> Path:
-    """Where the note that says why there is no model file at `model` goes."""
-    return model.with_name("model.not-exported")
+    """Where the note that says why there is no model at `model` goes: `model.not-exported`
+    for `model.keras`, `saved_model.not-exported` for `saved_model/`."""
+    return model.with_name(f"{model.name.split('.')[0]}.not-exported")
 
 
 def write_json(path: Path, value: Any, private: bool = False) -> None:

@@ -24,6 +24,7 @@ from elasticdl_nb.runtime.master.assembly import build_master
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.service import MasterService
 from elasticdl_nb.runtime.master.site import MasterSite
+from elasticdl_nb.runtime.master.tensorboard_log import TensorBoardLog
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import token_from_env
@@ -65,6 +66,8 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     env = ProcessEnv(token, job_dir, address, tuple(site.ps_addrs))
 
     journal = Journal(files.events)  # a new master continues an earlier one's journal
+    # (follows the journal from where the event file ends: tensorboard_log.py)
+    tensorboard = TensorBoardLog(journal, files.tensorboard).start() if spec.tensorboard else None
     master = build_master(
         spec,
         job_dir,
@@ -108,6 +111,8 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     master.instances.shutdown(grace_seconds=5)
     status = master.status()
     journal.close()  # event streams deliver what is left and end
+    if tensorboard:
+        tensorboard.close()
     server.stop(grace=2).wait()
     write_json(files.state, status)  # last: its presence means the job is over
     site.job_ended(status)
