@@ -16,7 +16,8 @@ live_figure.py: one message per update, at most every `figure_interval`; below t
 the same figure the workers over time with the faults and relaunches marked, redrawn
 with the curves when they changed, and every `TIMELINE_EXTEND_S` to draw the line on to
 now) and `details` (instances table and event log, one HTML widget, only when they
-changed, at the same slower pace). The HTML of both is drawn by dashboard_html.py.
+changed, at the same slower pace). Below them, set once, where the job's TensorBoard log
+is and the lines that show it (`tensorboard`). Their HTML is drawn by dashboard_html.py.
 Controls: a worker count with "Scale", and "Stop", which asks for a second click first.
 """
 
@@ -39,6 +40,7 @@ from elasticdl_nb.widgets.dashboard_html import (
     colored,
     details_html,
     status_html,
+    tensorboard_html,
 )
 from elasticdl_nb.widgets.job_view import JobLike, JobView
 from elasticdl_nb.widgets.live_figure import LiveFigure
@@ -175,7 +177,11 @@ class Dashboard:
         self._controls = W.HBox(
             [self.workers_input, self.scale_button, self.stop_button, self.notice]
         )
-        self.widget = W.VBox([self.status, self._controls, self.figure, self.details])
+        # (set once: where the job's TensorBoard log is)
+        self.tensorboard = W.HTML(value=tensorboard_html(self.view))
+        self.widget = W.VBox(
+            [self.status, self._controls, self.figure, self.details, self.tensorboard]
+        )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict | None:
         if self._shown_in is not None and self._shown_in == _execution_count():

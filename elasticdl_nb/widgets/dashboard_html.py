@@ -1,5 +1,6 @@
 """The dashboard's HTML, drawn from a `JobView`: the status (header, progress bar and
-progress figures) and the details (instances table and event log).
+progress figures), the details (instances table and event log) and where the job's
+TensorBoard log is.
 
 Plain functions of the view and the time, no widgets: `Dashboard` puts what they return
 into two HTML widgets, one message each (a progress bar drawn here costs no widget of its
@@ -9,6 +10,7 @@ own). Every value from the job is escaped.
 from __future__ import annotations
 
 import html
+import shlex
 import time
 
 from elasticdl_nb.sdk.progress import (
@@ -163,3 +165,18 @@ def details_html(view: JobView) -> str:
         + "</div>"
     )
     return table + log
+
+
+def tensorboard_html(view: JobView) -> str:
+    """Where the job's TensorBoard log is and the notebook lines that show it ("" when the
+    job writes none): text to copy, not a TensorBoard of its own."""
+    if not view.tensorboard_dir:
+        return ""
+    e = html.escape
+    code = 'style="font-family:var(--jp-code-font-family,monospace)"'
+    return (
+        '<div class="edl-tensorboard" style="font-size:12px;color:#555;margin-top:4px">'
+        f"TensorBoard log: <code {code}>{e(view.tensorboard_dir)}</code>; to see it in a "
+        f"cell: <code {code}>%load_ext tensorboard</code> then <code {code}>"
+        f"%tensorboard --logdir {e(shlex.quote(view.tensorboard_dir))}</code></div>"
+    )

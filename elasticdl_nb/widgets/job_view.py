@@ -113,8 +113,10 @@ class JobView:
         ps: int | None = None,
         log_lines: int = 200,
         loss_capacity: int = 1024,
+        tensorboard_dir: str = "",
     ):
         self.name = name
+        self.tensorboard_dir = tensorboard_dir  # where its TensorBoard log is ("" = none)
         self.backend = backend
         self.epochs = epochs
         self.workers = workers  # desired workers: the spec's, then each `scale` event's
@@ -150,7 +152,8 @@ class JobView:
 
     @classmethod
     def for_job(cls, job: JobLike, **options: Any) -> JobView:
-        """A view of `job`, with the backend, epochs, workers and PS of its spec.json."""
+        """A view of `job`, with the backend, epochs, workers and PS of its spec.json, and
+        where its TensorBoard log is (when it writes one)."""
         spec: dict[str, Any] = {}
         try:
             spec = json.loads(JobDir(job.dir).spec.read_text())
@@ -162,6 +165,7 @@ class JobView:
             epochs=spec.get("epochs"),
             workers=spec.get("workers"),
             ps=0 if spec.get("strategy") == "allreduce" else spec.get("ps"),
+            tensorboard_dir=str(JobDir(job.dir).tensorboard) if spec.get("tensorboard") else "",
             **options,
         )
 

@@ -19,15 +19,19 @@ from elasticdl_nb.widgets import show, widget_frontend_available
 from elasticdl_nb.widgets.dashboard import Dashboard
 from elasticdl_nb.widgets.live_figure import LiveFigure
 
+CODE = 'style="font-family:var(--jp-code-font-family,monospace)"'
+
 
 class FakeJob:
     """name, dir (with spec.json), events(), scale(), stop(): what Dashboard uses."""
 
-    def __init__(self, tmp_path, name, events, pause_every=0, pause=0.0, fail_after=None):
+    def __init__(
+        self, tmp_path, name, events, pause_every=0, pause=0.0, fail_after=None, tensorboard=True
+    ):
         self.name = name
         self.dir = tmp_path / name
         self.dir.mkdir()
-        spec = {"backend": "local", "epochs": 2, "workers": 2, "ps": 1}
+        spec = {"backend": "local", "epochs": 2, "workers": 2, "ps": 1, "tensorboard": tensorboard}
         (self.dir / "spec.json").write_text(json.dumps(spec))
         self._events = events
         self.pause_every, self.pause, self.fail_after = pause_every, pause, fail_after
@@ -143,6 +147,18 @@ def test_the_widgets_end_with_the_final_state(tmp_path, sent):
     # plotly sends when the figure is built)
     assert updates_to(sent, dash.figure) == dash.figure_updates + 3
     assert dash.figure_updates == 2  # the accuracy trace added, loss and accuracy updated
+    # where its TensorBoard log is, and the lines that show it in a notebook
+    logdir = job.dir / "tensorboard"
+    assert f"TensorBoard log: <code {CODE}>{logdir}</code>" in dash.tensorboard.value
+    assert f"%tensorboard --logdir {logdir}</code>" in dash.tensorboard.value
+    assert "%load_ext tensorboard" in dash.tensorboard.value
+
+
+def test_a_job_that_writes_no_tensorboard_log_shows_no_link_to_one(tmp_path, sent):
+    job = FakeJob(tmp_path, "no-tb", training_events(10), tensorboard=False)
+    dash = Dashboard(job)
+    assert dash.join(5)
+    assert dash.tensorboard.value == "" and "tensorboard" not in dash.details.value
 
 
 def test_renders_and_messages_are_throttled(tmp_path, sent):
