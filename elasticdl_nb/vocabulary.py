@@ -119,13 +119,16 @@ class EventKind(StrEnum):
     LOSS = (
         "loss",
         "`worker`, `points`: `[[n, loss], ...]` (n counts every reported minibatch, "
-        "redone ones too)",
+        "redone ones too); `learning_rates`: `[[n, rate], ...]`, the optimizer's learning "
+        "rate at the update that took the minibatch (PS: the newest update when its push "
+        "was taken; allreduce: the step's)",
     )
     WORKER_TIME = (
         "worker_time",
         "`worker`, `task`, `minibatches`, `task_s`, `compute_s` (in the train step), "
-        "`wait_s` (blocked on PS replies, or in the allreduce): where a worker's time on one "
-        "training task went",
+        "`wait_s` (blocked on PS replies, or in the allreduce); `stale` (with `grads_to_wait`: "
+        "minibatches a PS refused as computed on an older version, computed again): where a "
+        "worker's time on one training task went",
     )
     STRAGGLER = (
         "straggler",

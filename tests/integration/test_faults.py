@@ -46,10 +46,14 @@ def _ended_before_the_end(events, role: str) -> dict[int, str]:
     return ended
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlapped"])
-def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, overlap):
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"overlap_communication": True}, {"grads_to_wait": 2}],
+    ids=["exact", "overlapped", "synchronous"],
+)
+def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, mode):
     rng = fault_rng("worker-kill")
-    job, (x, _), (xt, yt) = digits_job(workers=3, epochs=EPOCHS, overlap_communication=overlap)
+    job, (x, _), (xt, yt) = digits_job(workers=3, epochs=EPOCHS, **mode)
     kill_at = rng.randint(10, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
     victim = rng.randrange(3)
     status = wait_for_step(job, kill_at)
@@ -69,9 +73,11 @@ def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, ove
     assert job_processes(job_home) == []
 
 
-def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(job_home):
+@pytest.mark.parametrize("mode", [{}, {"grads_to_wait": 2}], ids=["async", "synchronous"])
+def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(job_home, mode):
+    # (synchronous: the checkpoint leaves out the minibatches waiting for their version)
     rng = fault_rng("ps-kill")
-    job, (x, _), (xt, yt) = digits_job(workers=2, epochs=EPOCHS, checkpoint_steps=25)
+    job, (x, _), (xt, yt) = digits_job(workers=2, epochs=EPOCHS, checkpoint_steps=25, **mode)
     kill_at = rng.randint(30, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
     status = wait_for_step(job, kill_at)
     os.kill(pid_of(status, "ps", 0), signal.SIGKILL)

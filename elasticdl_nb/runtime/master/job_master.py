@@ -90,7 +90,9 @@ class JobMaster:
         self.epoch = -1
         self.started = time.time()
         self.ended: float | None = None
-        self.export_path = str(JobDir(job_dir).model)
+        files, export = JobDir(job_dir), spec.export_format  # ("" below: not exported)
+        self.export_path = str(files.model) if export != "saved_model" else ""
+        self.saved_model_path = str(files.saved_model) if export != "keras" else ""
         self._wake = threading.Event()
         self._work = threading.Condition(self.lock)  # notified when tasks may be there
         self.finished = threading.Event()
@@ -191,10 +193,12 @@ class JobMaster:
                 self._count_progress(fresh)
             if r.losses:
                 first = self.progress.number_losses(len(r.losses))
+                rates = [[first + i, p.learning_rate] for i, p in enumerate(r.losses)]
                 self.journal.append(
                     EventKind.LOSS,
                     worker=r.worker_id,
                     points=[[first + i, round(float(p.loss), 6)] for i, p in enumerate(r.losses)],
+                    **({"learning_rates": rates} if any(p.learning_rate for p in r.losses) else {}),
                 )
             if r.task_done:
                 self._task_done(r)
@@ -239,6 +243,7 @@ class JobMaster:
                     task_s=round(t.task_seconds, 6),
                     compute_s=round(t.compute_seconds, 6),
                     wait_s=round(t.wait_seconds, 6),
+                    **({"stale": t.stale} if t.stale else {}),
                 )
                 self.stragglers.check()
             self.journal.append(EventKind.PROGRESS, **self._progress())
@@ -250,7 +255,10 @@ class JobMaster:
                     EventKind.EXPORT, path=r.exported_tables, worker=r.worker_id, tables=True
                 )
             else:
-                self.journal.append(EventKind.EXPORT, path=task.export_path, worker=r.worker_id)
+                saved = {"saved_model": task.saved_model_path} if task.saved_model_path else {}
+                self.journal.append(
+                    EventKind.EXPORT, path=task.export_path, worker=r.worker_id, **saved
+                )
 
     def scale(self, workers: int) -> dict:
         if workers < 1:
@@ -396,7 +404,7 @@ class JobMaster:
                 if self.queue.pending(EVALUATION) or self.evaluations.open:
                     return
                 self.phases.move(Phase.EXPORTING)
-                self.queue.add_export(self.export_path)
+                self.queue.add_export(self.export_path, self.saved_model_path)
                 self._work.notify_all()
                 return
             if self.phase == Phase.EXPORTING:

@@ -123,8 +123,11 @@ class PsStrategy:
         """Compare what the master counts done with what every PS holds, and queue again
         whatever is missing: for an epoch whose tasks have all ended, every minibatch must
         be held; for the open epoch, every minibatch reported done (a PS restored from a
-        checkpoint lost the newer ones)."""
-        applied = self._applied_everywhere()
+        checkpoint lost the newer ones). With `grads_to_wait`, once no training task is
+        left, each PS first applies the gradients still waiting for their version."""
+        with self._job.lock:
+            flush = not self._job.queue.training_pending()
+        applied = self._applied_everywhere(flush)
         if applied is None:
             return False
         job = self._job
@@ -141,7 +144,7 @@ class PsStrategy:
             job.work_changed()
             return True
 
-    def _applied_everywhere(self) -> dict[tuple[int, int], set[int]] | None:
+    def _applied_everywhere(self, flush: bool) -> dict[tuple[int, int], set[int]] | None:
         """Minibatches applied on every PS shard, or None if a shard did not answer."""
         common: dict[tuple[int, int], set[int]] | None = None
         for ps_id, stub in enumerate(list(self.stubs)):
@@ -149,7 +152,7 @@ class PsStrategy:
                 log.info("PS %d is not up: GetApplied later", ps_id)
                 return None
             try:
-                reply = stub.GetApplied(pb.AppliedRequest(), timeout=10)
+                reply = stub.GetApplied(pb.AppliedRequest(flush=flush), timeout=10)
             except Exception as exc:  # a PS that is down is relaunched; ask again later
                 log.info("PS not answering GetApplied: %s", exc)
                 return None

@@ -44,6 +44,7 @@ class CheckpointDir:
             "applied": [[e, s, keys] for (e, s), keys in state["applied"].items()],
             "ledger": [[e, s, ranges] for (e, s), ranges in state["ledger"].items()],
             "row_rows": state.get("row_rows", []),
+            "learning_rate": state.get("learning_rate", 0.0),
         }
         for i, spec in enumerate(state["variables"]):
             arrays[f"var{i}"] = spec.value
@@ -146,4 +147,5 @@ def _read(path: Path) -> dict:
         "applied": {(e, s): keys for e, s, keys in meta["applied"]},
         "ledger": {(e, s): ranges for e, s, ranges in meta["ledger"]},
         "row_rows": meta.get("row_rows", []),
+        "learning_rate": meta.get("learning_rate", 0.0),
     }

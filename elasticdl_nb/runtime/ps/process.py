@@ -102,7 +102,12 @@ def main() -> None:
     contract = load_bundle(env.files.bundle)
 
     store = ParameterStore(
-        contract.optimizer, ps_id, spec.ps, spec.record_ledger, spec.minibatch_size
+        contract.optimizer,
+        ps_id,
+        spec.ps,
+        spec.record_ledger,
+        spec.minibatch_size,
+        spec.grads_to_wait,
     )
     directory = CheckpointDir(env.files.checkpoints, ps_id, spec.keep_checkpoints)
     restored_version = -1

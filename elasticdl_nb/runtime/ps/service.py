@@ -18,7 +18,8 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk import BulkError
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
-from elasticdl_nb.runtime.ps.store import ParameterStore, Push, TableError, VariableSpec
+from elasticdl_nb.runtime.ps.push import Push
+from elasticdl_nb.runtime.ps.store import ParameterStore, TableError, VariableSpec
 from elasticdl_nb.runtime.table_def import TableDef
 
 
@@ -85,19 +86,22 @@ class ParameterServerService(rpc.ParameterServerServicer):
                     for name, r in request.table_grads.items()
                 },
                 (ledger.start, ledger.end) if request.HasField("ledger_range") else None,
+                request.gradient_version,
             )
         wanted = {name: to_array(ids, buffers) for name, ids in request.pull_ids.items()}
         unknown = set(wanted) - set(store.tables)
         if unknown:
             raise BulkError(grpc.StatusCode.INVALID_ARGUMENT, f"no tables {sorted(unknown)} here")
         known = -1 if request.pull_all else request.known_version
-        applied, reply.version, dense, rows = store.exchange(push, known, wanted)
-        reply.duplicate = push is not None and not applied
-        if applied:
+        done = store.exchange(push, known, wanted)
+        reply.version, reply.stale = done.version, done.stale
+        reply.learning_rate = done.learning_rate
+        reply.duplicate = push is not None and not done.accepted and not done.stale
+        if done.updated:
             self._on_update()
-        for name, value in dense.items():
+        for name, value in done.dense.items():
             to_tensor(value, reply.dense[name], out)
-        for name, value in rows.items():
+        for name, value in done.rows.items():
             to_tensor(value, reply.rows[name], out)
         if request.pull_all:
             for name in store.tables:
@@ -108,6 +112,8 @@ class ParameterServerService(rpc.ParameterServerServicer):
         return reply, out or []
 
     def GetApplied(self, request: pb.AppliedRequest, context) -> pb.AppliedBatches:
+        if request.flush and self.store.flush():
+            self._on_update()
         with self.store.lock:
             reply = pb.AppliedBatches(version=self.store.version)
             for (epoch, source), keys in self.store.applied.items():

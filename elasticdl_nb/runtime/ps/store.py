@@ -20,12 +20,12 @@ import numpy as np
 import tensorflow as tf
 
 from elasticdl_nb.runtime.compiled_call import CompiledCall
+from elasticdl_nb.runtime.ps.pending_version import PendingVersion
+from elasticdl_nb.runtime.ps.push import BatchId, Push
 from elasticdl_nb.runtime.ps.row_optimizer import RowOptimizer
 from elasticdl_nb.runtime.ps.tables.table import EmbeddingTable
 from elasticdl_nb.runtime.table_def import TableDef
 from elasticdl_nb.runtime.table_export import write_shard
-
-BatchId = tuple[int, int]  # (epoch, source)
 
 
 class TableError(ValueError):
@@ -41,15 +41,16 @@ class VariableSpec:
 
 
 @dataclass
-class Push:
-    """One minibatch's gradients, named by (epoch, source, batch_key = start offset)."""
+class Exchanged:
+    """What one exchange did and read, all as of one moment."""
 
-    epoch: int
-    source: int
-    batch_key: int
+    accepted: bool  # the push counts: applied, or (synchronous) waiting for its version
+    stale: bool  # (synchronous) refused: computed on an older version than `version`
+    updated: bool  # a new version was applied
+    version: int
     dense: dict[str, np.ndarray]
-    tables: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (distinct ids, rows)
-    ledger_range: tuple[int, int] | None = None
+    rows: dict[str, np.ndarray]
+    learning_rate: float  # of the newest applied update (0 before the first)
 
 
 class ParameterStore:
@@ -60,6 +61,7 @@ class ParameterStore:
         num_ps: int,
         record_ledger: bool = False,
         minibatch_size: int = 64,
+        grads_to_wait: int = 0,
     ):
         self._make_optimizer = make_optimizer
         # A minibatch usually looks up one row per example per table: the row proxies start
@@ -76,6 +78,10 @@ class ParameterStore:
         self.applied: dict[BatchId, set[int]] = defaultdict(set)
         self.ledger: dict[BatchId, list[tuple[int, int]]] = defaultdict(list)
         self.duplicates = 0  # pushes dropped because their batch was already applied
+        # Synchronous training (pending_version.py): what waits for the next version.
+        self.pending = PendingVersion(grads_to_wait) if grads_to_wait else None
+        self.stale = 0  # pushes refused as computed on an older version
+        self.learning_rate = 0.0
 
     # ------------------------------------------------------------------ set-up
 
@@ -132,11 +138,13 @@ class ParameterStore:
         """One compiled call per request that applies gradients or reads dense variables:
         apply a minibatch's gradients (if any), then read the dense variables if asked.
         Compiled once per (has gradients, reads dense) combination; returns (dense values,
-        the touched rows' new states)."""
+        the touched rows' new states, the learning rate the update was applied with)."""
         optimizer, dense_vars, rows = self.optimizer, self._dense_vars, self.rows
 
         def step(grads, read_dense: bool):
             states = []
+            # (a schedule's rate at the step about to be applied: the PS's version)
+            rate = tf.cast(optimizer.learning_rate, tf.float64)
             if grads is not None:
                 dense_grads, row_states, row_grads = grads
                 if dense_vars:
@@ -144,7 +152,7 @@ class ParameterStore:
                 if rows:
                     states = rows.update(row_states, row_grads)
             dense = [tf.identity(v) for v in dense_vars] if read_dense else []
-            return dense, states
+            return dense, states, rate
 
         definitions = [t.definition for t in self.tables.values()]
         grad_specs = (
@@ -163,7 +171,7 @@ class ParameterStore:
         def call(grads, read_dense: bool):
             if grads is not None:
                 return compiled[read_dense](grads)
-            return read() if read_dense else ([], [])
+            return read() if read_dense else ([], [], None)
 
         return call
 
@@ -171,36 +179,67 @@ class ParameterStore:
 
     def exchange(
         self, push: Push | None, known_version: int, pull_ids: dict[str, np.ndarray]
-    ) -> tuple[bool, int, dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Apply `push` unless its minibatch was applied already, then read the rows of
-        `pull_ids` (global ids) and, if the version is then newer than `known_version`,
-        the dense variables. Returns (applied, version, dense, rows), all as of one moment."""
+    ) -> Exchanged:
+        """Take `push` (apply it; or, synchronous, add it to the next version, applied
+        once it has `grads_to_wait` gradients) unless its minibatch was taken already or
+        it is stale, then read the rows of `pull_ids` (global ids) and, if the version is
+        then newer than `known_version`, the dense variables."""
         with self.lock:
-            grads, touched = None, []
-            if push is not None:
-                if push.batch_key in self.applied[(push.epoch, push.source)]:
-                    self.duplicates += 1
-                else:
-                    grads, touched = self._gradient_args(push)
-            if grads is not None and self.rows:
-                self.rows.ensure_capacity([len(ids) for ids, _ in touched])
-                if self.rows.generation != self._step_generation:
-                    self._step = self._compile_step()
-                    self._step_generation = self.rows.generation
-            read_dense = self.version + (grads is not None) > known_version
-            values, states = self._step(grads, read_dense)
-            if grads is not None:
-                self.version += 1
-                for table, (ids, rows), new in zip(self.tables.values(), touched, states):
-                    table.write(ids, rows, new.numpy(), self.version)
-                    table.enforce(self.version)
+            accepted, stale, update = self._accept(push)
+            updated, values = self._apply(update, known_version)
+            if accepted:
                 self.applied[(push.epoch, push.source)].add(push.batch_key)
                 if self.record_ledger and push.ledger_range is not None:
                     self.ledger[(push.epoch, push.source)].append(push.ledger_range)
             version = self.version
             pulled = {n: self.tables[n].read(ids) for n, ids in pull_ids.items()}
+            rate = self.learning_rate
         dense = {n: v.numpy() for n, v in zip(self.dense, values)}
-        return grads is not None, version, dense, pulled
+        return Exchanged(accepted, stale, updated, version, dense, pulled, rate)
+
+    def _accept(self, push: Push | None) -> tuple[bool, bool, Push | None]:
+        """Whether `push` counts, whether it is stale, and what to apply now."""
+        if push is None:
+            return False, False, None
+        if push.batch_key in self.applied[(push.epoch, push.source)]:
+            self.duplicates += 1
+            return False, False, None
+        if self.pending is None:
+            return True, False, push
+        if push.gradient_version != self.version:
+            self.stale += 1
+            return False, True, None
+        self.pending.add(push)
+        return True, False, self.pending.take() if self.pending.full else None
+
+    def _apply(self, update: Push | None, known_version: int) -> tuple[bool, list]:
+        """Apply `update` (if any) as the next version, and read the dense variables if
+        the version is then newer than `known_version`; returns (whether it applied one,
+        the dense values read)."""
+        grads, touched = self._gradient_args(update) if update is not None else (None, [])
+        if grads is not None and self.rows:
+            self.rows.ensure_capacity([len(ids) for ids, _ in touched])
+            if self.rows.generation != self._step_generation:
+                self._step = self._compile_step()
+                self._step_generation = self.rows.generation
+        read_dense = self.version + (grads is not None) > known_version
+        values, states, rate = self._step(grads, read_dense)
+        if grads is None:
+            return False, values
+        self.version += 1
+        self.learning_rate = float(rate)
+        for table, (ids, rows), new in zip(self.tables.values(), touched, states):
+            table.write(ids, rows, new.numpy(), self.version)
+            table.enforce(self.version)
+        return True, values
+
+    def flush(self) -> bool:
+        """Synchronous: apply what waits for the next version now, however few gradients
+        (the end of an epoch); returns whether it applied a version."""
+        with self.lock:
+            if self.pending is None or not self.pending.count:
+                return False
+            return self._apply(self.pending.take(), 1 << 62)[0]
 
     def _gradient_args(self, push: Push):
         """The compiled step's gradient arguments, and per table the (ids, row numbers)
@@ -234,13 +273,14 @@ class ParameterStore:
     ) -> bool:
         """Apply one minibatch's gradients unless already applied; returns whether applied."""
         push = Push(epoch, source, batch_key, dense_grads, table_grads, ledger_range)
-        return self.exchange(push, 1 << 62, {})[0]
+        return self.exchange(push, 1 << 62, {}).accepted
 
     def read(
         self, dense: bool, ids: dict[str, np.ndarray]
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """The dense variables (if `dense`) and the rows of the given global ids."""
-        return self.exchange(None, -1 if dense else 1 << 62, ids)[2:]
+        done = self.exchange(None, -1 if dense else 1 << 62, ids)
+        return done.dense, done.rows
 
     def read_dense(self) -> dict[str, np.ndarray]:
         return self.read(True, {})[0]
@@ -291,9 +331,24 @@ class ParameterStore:
                 "optimizer": [v.numpy() for v in self.optimizer.variables],
                 "row_optimizer": self.rows.state() if self.rows else [],
                 "row_rows": self.rows.rows_wanted() if self.rows else [],
-                "applied": {k: sorted(v) for k, v in self.applied.items()},
-                "ledger": {k: list(v) for k, v in self.ledger.items()},
+                **self._durable_record(),
             }
+
+    def _durable_record(self) -> dict:
+        """The applied-minibatch record and ledger as a checkpoint holds them: without
+        the minibatches still waiting for their version (synchronous training), which a
+        restore from it loses and the master has redone."""
+        applied = {k: set(v) for k, v in self.applied.items()}
+        ledger = {k: list(v) for k, v in self.ledger.items()}
+        for batch, key, ledger_range in self.pending.batches if self.pending else []:
+            applied[batch].discard(key)
+            if ledger_range is not None and ledger_range in ledger.get(batch, []):
+                ledger[batch].remove(ledger_range)
+        return {
+            "applied": {k: sorted(v) for k, v in applied.items()},
+            "ledger": ledger,
+            "learning_rate": self.learning_rate,
+        }
 
     def saved(self, version: int) -> None:
         """A checkpoint of `version` is on disk (a later delta starts from it)."""
@@ -320,6 +375,9 @@ class ParameterStore:
                     self._step = self._compile_step()
                     self._step_generation = self.rows.generation
             self.version = state["version"]
+            self.learning_rate = state.get("learning_rate", 0.0)
+            if self.pending is not None:
+                self.pending = PendingVersion(self.pending.grads_to_wait)
             self.applied = defaultdict(set, {k: set(v) for k, v in state["applied"].items()})
             self.ledger = defaultdict(
                 list, {k: [tuple(r) for r in v] for k, v in state["ledger"].items()}

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
@@ -64,6 +64,8 @@ class PushPayload:
     dense: dict[str, np.ndarray]
     tables: dict[str, tuple[np.ndarray, np.ndarray]]
     ledger: bool
+    # Synchronous training: per shard, the version the gradients were computed on.
+    versions: list[int] | None = None
 
 
 @dataclass
@@ -77,6 +79,10 @@ class PendingExchange:
     pull_all: bool
     current_variables: object
     outbound: list  # per shard: out-of-band arrays of a bulk request, None for gRPC
+    # Known once `result()` returned: the shards that refused the push as stale
+    # (synchronous training), and the learning rate of each shard's newest update.
+    stale: list[int] = field(default_factory=list)
+    learning_rates: list[float] = field(default_factory=list)
 
     def result(self):
         """(dense or None, rows), retrying shards that were down."""
@@ -226,9 +232,11 @@ class PsClient:
             for ps in range(self.num_ps)
         ]
         if push is not None:
-            for request in requests:
+            for ps, request in enumerate(requests):
                 request.epoch, request.source = push.epoch, push.source
                 request.batch_key = push.batch_start
+                if push.versions is not None:
+                    request.gradient_version = push.versions[ps]
                 if push.ledger:
                     request.ledger_range.CopyFrom(
                         pb.RecordRange(
@@ -296,6 +304,8 @@ class PsClient:
             self.incarnations[ps] = replies[ps][0].incarnation
         rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         changed = False
+        pending.stale = [ps for ps, (reply, _) in enumerate(replies) if reply.stale]
+        pending.learning_rates = [reply.learning_rate for reply, _ in replies]
         for ps, (reply, buffers) in enumerate(replies):
             self.versions[ps] = reply.version
             for name, tensor in reply.dense.items():

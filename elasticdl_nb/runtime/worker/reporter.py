@@ -44,11 +44,18 @@ class Reporter:
             self._pending[task_id] = report
         return report
 
-    def batch_done(self, task_id: int, start: int, loss: float, ps_versions: list[int]) -> None:
+    def batch_done(
+        self,
+        task_id: int,
+        start: int,
+        loss: float,
+        ps_versions: list[int],
+        learning_rate: float = 0.0,
+    ) -> None:
         with self._lock:
             report = self._report(task_id)
             report.batch_starts.append(start)
-            report.losses.add(loss=loss)
+            report.losses.add(loss=loss, learning_rate=learning_rate)
             report.ps_versions[:] = ps_versions
 
     def applied(self, task_id: int, starts: list[int]) -> None:

@@ -146,6 +146,8 @@ class Trainer:
             timing.wait_seconds += time.perf_counter() - t0
             return answer
 
+        if self.spec.grads_to_wait:
+            return self._train_synchronously(task)
         if overlap:
             self.flush_unsent()
         fill()
@@ -164,10 +166,10 @@ class Trainer:
                 dense, rows = reply(handle)
                 in_flight = (self._start(push, window[0][1] if window else {}), last)
             else:
-                dense, rows = reply(self._start(push, ids))
-                carried = last
+                handle, carried = self._start(push, ids), last
+                dense, rows = reply(handle)
             if carried:
-                self._applied(carried)
+                self._applied(carried, handle)
             target = window[ahead - 1] if len(window) >= ahead else None
             t0 = time.perf_counter()
             grads = self.runner.train_step(
@@ -190,7 +192,7 @@ class Trainer:
         if in_flight is not None:
             reply(in_flight[0])
             if in_flight[1]:
-                self._applied(in_flight[1])
+                self._applied(in_flight[1], in_flight[0])
         timing.task_seconds = time.perf_counter() - t_task
         if last is None or last.task is not task:  # no minibatch of this task was computed
             self._unsent = last  # (the previous task's, if the loop never ran)
@@ -209,21 +211,69 @@ class Trainer:
         if computed is None:
             return False
         # What comes back keeps the local model current.
-        self.runner.load(self._start(computed.push, {}).result()[0])
-        self._applied(computed, wait=True)
+        handle = self._start(computed.push, {})
+        self.runner.load(handle.result()[0])
+        self._applied(computed, handle, wait=True)
         return True
 
-    def _applied(self, computed: _Computed, wait: bool = False) -> None:
-        """A push went through: report its minibatch, and its task if it was the last."""
-        self._batch_pushed(computed.task, computed.push, computed.loss)
+    def _train_synchronously(self, task: pb.Task) -> None:
+        """Train on every minibatch of the task with `grads_to_wait` (synchronous PS):
+        pull the newest parameters, compute, push; a shard that refuses the gradients as
+        computed on an older version sends the newer parameters back, and the minibatch
+        is computed again on them (its other shards drop the repeat as a duplicate). Two
+        round trips a minibatch: a push cannot ride with the next pull, since a refused
+        one must be computed again before the next minibatch."""
+        r = task.range
+        timing, t_task = pb.TaskTiming(), time.perf_counter()
+        for batch in self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING):
+            if self.reporter.stop_requested.is_set():
+                return
+            self._ensure_built(batch.features)
+            ids = self.runner.probe_ids(batch.features)
+            while True:
+                t0 = time.perf_counter()
+                dense, rows = self._start(None, ids).result()
+                t1 = time.perf_counter()
+                grads = self.runner.train_step(batch.features, batch.labels, dense, rows)
+                t2 = time.perf_counter()
+                payload = PushPayload(
+                    task.epoch,
+                    r.source,
+                    batch.start,
+                    batch.end,
+                    grads.dense,
+                    grads.tables,
+                    self.spec.record_ledger,
+                    versions=list(self.ps.versions),
+                )
+                handle = self._start(payload, {})
+                handle.result()
+                timing.wait_seconds += (t1 - t0) + (time.perf_counter() - t2)
+                timing.compute_seconds += t2 - t1
+                timing.minibatches += 1
+                if not handle.stale:
+                    break
+                timing.stale += 1
+                log.debug(
+                    "minibatch %d stale on PS %s: computing it again", batch.start, handle.stale
+                )
+            self._batch_pushed(task, payload, grads.loss, handle)
+        timing.task_seconds = time.perf_counter() - t_task
+        self.reporter.task_done(task.task_id, timing=timing, wait=False)
+
+    def _applied(self, computed: _Computed, handle, wait: bool = False) -> None:
+        """A push went through (`handle`, its exchange): report its minibatch, and its
+        task if it was the last."""
+        self._batch_pushed(computed.task, computed.push, computed.loss, handle)
         if computed.ends_task and not self.reporter.stop_requested.is_set():
             self.reporter.task_done(computed.task.task_id, timing=computed.timing, wait=wait)
 
     def _start(self, push: PushPayload | None, ids: dict):
         return self.ps.start_exchange(push, ids, self.runner.variable_values)
 
-    def _batch_pushed(self, task: pb.Task, push: PushPayload, loss: float) -> None:
-        self.reporter.batch_done(task.task_id, push.batch_start, loss, list(self.ps.versions))
+    def _batch_pushed(self, task: pb.Task, push: PushPayload, loss: float, handle) -> None:
+        rate = handle.learning_rates[0] if handle.learning_rates else 0.0
+        self.reporter.batch_done(task.task_id, push.batch_start, loss, list(self.ps.versions), rate)
 
     def _evaluate(self, task: pb.Task) -> None:
         r = task.range
