@@ -79,3 +79,14 @@ def ipython_shell():
     shell = start_ipython() or get_ipython()
     shell.run_line_magic("load_ext", "elasticdl_nb")
     return shell
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One real S3-compatible server (moto) on loopback for the session, credentials
+    enforced; see tests/s3_server.py."""
+    from tests.s3_server import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()

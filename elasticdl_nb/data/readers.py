@@ -3,8 +3,10 @@
 A task names a source and a record range; `open_reader` gives a reader for the
 source and `read(start, end)` returns that range as NumPy structures ready for
 `tf.data.Dataset.from_tensor_slices`. Readers build their index of record
-offsets once and keep it, because a worker reads many tasks of the same file.
-This module does not import TensorFlow so it stays importable on the master.
+offsets once and keep it, because a worker reads many tasks of the same file;
+a remote source comes with a sparse index instead (see `sparse_index`), and a
+task fetches only its own bytes through `remote_ranges`. This module does not
+import TensorFlow so it stays importable on the master.
 """
 
 import csv
@@ -17,6 +19,7 @@ import numpy as np
 from elasticdl_nb.data import csv_lines, npy_layout, tfrecord_framing
 from elasticdl_nb.data.csv_decoding import default_decode_csv
 from elasticdl_nb.data.errors import DataError
+from elasticdl_nb.data.remote_ranges import RemoteSpans
 from elasticdl_nb.data.sources import CSV, NPY, TFRECORD, SourceInfo
 
 __all__ = [
@@ -37,6 +40,7 @@ class RecordReader(ABC):
 
     def __init__(self, source: SourceInfo) -> None:
         self.source = source
+        self._remote = RemoteSpans(source.uri, source.index) if source.index else None
 
     @abstractmethod
     def read(self, start: int, end: int) -> Records:
@@ -87,16 +91,7 @@ class CsvReader(RecordReader):
         count = end - start
         if count == 0:
             return np.empty((0, len(self.column_names)), dtype=object)
-        line_starts = self._index()
-        first_line = start + self._header
-        stop_line = end + self._header
-        offset = int(line_starts[first_line])
-        with open(self.source.uri, "rb") as file:
-            file.seek(offset)
-            if stop_line < len(line_starts):
-                raw = file.read(int(line_starts[stop_line]) - offset)
-            else:
-                raw = file.read()
+        raw, offset = self._span(start + self._header, end + self._header)
         lines = [line for line in _split_lines(self._decode(raw, offset)) if line]
         rows = list(csv.reader(lines, delimiter=self._delimiter))
         if len(rows) != count:
@@ -111,6 +106,18 @@ class CsvReader(RecordReader):
         table[:] = rows
         return table
 
+    def _span(self, first_line: int, stop_line: int) -> tuple[bytes, int]:
+        """(the bytes of non-empty lines [first_line, stop_line), their offset)."""
+        if self._remote is not None:
+            return self._remote.csv_lines(first_line, stop_line)
+        line_starts = self._index()
+        offset = int(line_starts[first_line])
+        with open(self.source.uri, "rb") as file:
+            file.seek(offset)
+            if stop_line < len(line_starts):
+                return file.read(int(line_starts[stop_line]) - offset), offset
+            return file.read(), offset
+
     def _index(self) -> np.ndarray:
         if self._line_starts is None:
             line_starts = csv_lines.nonempty_line_starts(self.source.uri)
@@ -119,6 +126,10 @@ class CsvReader(RecordReader):
         return self._line_starts
 
     def _read_column_names(self) -> list[str]:
+        if self._remote is not None:
+            raw, offset = self._remote.csv_lines(0, 1)
+            line = next(_split_lines(self._decode(raw, offset)))
+            return self._column_names(line)
         offset = 0
         with open(self.source.uri, "rb") as file:
             for raw in file:
@@ -129,6 +140,9 @@ class CsvReader(RecordReader):
                 offset += len(raw)
             else:
                 return []
+        return self._column_names(line)
+
+    def _column_names(self, line: str) -> list[str]:
         fields = next(csv.reader([line], delimiter=self._delimiter))
         if self._header:
             return [field.strip() for field in fields]
@@ -169,6 +183,9 @@ class TFRecordReader(RecordReader):
         start, end = self._checked_range(start, end)
         records = np.empty(end - start, dtype=object)
         if end == start:
+            return records
+        if self._remote is not None:
+            records[:] = self._remote.tfrecords(start, end)
             return records
         offsets = self._index()
         first = int(offsets[start])

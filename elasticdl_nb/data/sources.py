@@ -3,7 +3,9 @@
 Runs on the master, which cuts every source into (source, start, end) tasks, so
 it must not import TensorFlow and must count records quickly: CSV lines are
 counted with NumPy, TFRecord framing is walked by seeking, and staged `.npy`
-arrays are memory-mapped to read their shapes.
+arrays are memory-mapped to read their shapes. Remote URLs (s3://... and other
+fsspec protocols) are read once here to count them and to build the sparse
+index that lets workers fetch only their tasks' bytes.
 """
 
 import glob
@@ -12,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from elasticdl_nb.data import csv_lines, npy_layout, tfrecord_framing
+from elasticdl_nb.data import csv_lines, npy_layout, sparse_index, tfrecord_framing
 from elasticdl_nb.data.errors import DataError
+from elasticdl_nb.data.remote_files import ObjectStore, is_remote
+from elasticdl_nb.data.sparse_index import SparseIndex
 
 CSV = "csv"
 TFRECORD = "tfrecord"
@@ -38,6 +42,7 @@ class SourceInfo:
     uri: str
     format: str  # "csv" | "tfrecord" | "npy"
     num_records: int
+    index: SparseIndex | None = None  # remote sources only: where every k-th record starts
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -53,7 +58,14 @@ class SourceInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, e.g. to ship the source list from master to workers."""
-        return {"uri": self.uri, "format": self.format, "num_records": self.num_records}
+        fields: dict[str, Any] = {
+            "uri": self.uri,
+            "format": self.format,
+            "num_records": self.num_records,
+        }
+        if self.index is not None:
+            fields["index"] = self.index.to_dict()
+        return fields
 
     @classmethod
     def from_dict(cls, fields: Mapping[str, Any]) -> "SourceInfo":
@@ -62,6 +74,7 @@ class SourceInfo:
             uri=str(fields["uri"]),
             format=str(fields["format"]),
             num_records=int(fields["num_records"]),
+            index=SparseIndex.from_dict(fields["index"]) if fields.get("index") else None,
         )
 
 
@@ -75,9 +88,11 @@ def resolve_sources(
 
     `data` is a path, a glob or a list of them; glob matches are sorted, the
     given order is kept and duplicates are dropped. URIs are made absolute so
-    workers with another working directory read the same files. Raises
-    DataError when a path matches nothing, a format cannot be determined, a
-    source is empty or a file is malformed.
+    workers with another working directory read the same files. A remote URL
+    (s3://bucket/part-*.csv, any fsspec protocol) is globbed and read through
+    fsspec, with credentials from the environment. Raises DataError when a path
+    matches nothing, a format cannot be determined, a source is empty or a file
+    is malformed, and for a missing bucket or refused credentials.
     """
     if data_format != AUTO and data_format not in FORMATS:
         raise DataError(
@@ -89,16 +104,41 @@ def resolve_sources(
             f"csv_delimiter={csv_delimiter!r} must be a single character. Fix: pass "
             f"e.g. ',' or '\\t'."
         )
-    paths = _expand(_as_patterns(data))
+    stores: dict[str, ObjectStore] = {}  # one per protocol for this call
     sources = []
-    for path in paths:
+    for path in _expand(_as_patterns(data), stores):
         source_format = _detect_format(path) if data_format == AUTO else data_format
         _check_kind(path, source_format)
+        if is_remote(path):
+            store = _store(stores, path)
+            sources.append(_remote_source(store, path, source_format, csv_header))
+            continue
         num_records = _count(path, source_format, csv_header)
         if num_records == 0:
-            raise _empty(path, source_format, csv_header)
+            raise _empty(path, source_format, csv_header, os.path.getsize(path))
         sources.append(SourceInfo(uri=path, format=source_format, num_records=num_records))
     return sources
+
+
+def _store(stores: dict[str, ObjectStore], url: str) -> ObjectStore:
+    protocol = url.partition("://")[0].lower()
+    if protocol not in stores:
+        stores[protocol] = ObjectStore(url)
+    return stores[protocol]
+
+
+def _remote_source(
+    store: ObjectStore, url: str, source_format: str, csv_header: bool
+) -> SourceInfo:
+    if source_format == CSV:
+        index = sparse_index.index_csv(store, url)
+        num_records = max(index.units - 1, 0) if csv_header else index.units
+    else:
+        index = sparse_index.index_tfrecord(store, url)
+        num_records = index.units
+    if num_records == 0:
+        raise _empty(url, source_format, csv_header, index.size)
+    return SourceInfo(uri=url, format=source_format, num_records=num_records, index=index)
 
 
 def _as_patterns(data: str | list[str]) -> list[str]:
@@ -111,12 +151,15 @@ def _as_patterns(data: str | list[str]) -> list[str]:
     return [os.fspath(pattern) for pattern in patterns]
 
 
-def _expand(patterns: list[str]) -> list[str]:
+def _expand(patterns: list[str], stores: dict[str, ObjectStore]) -> list[str]:
     paths: list[str] = []
     seen: set[str] = set()
     for pattern in patterns:
-        for path in _matches(pattern):
-            absolute = os.path.abspath(path)
+        if is_remote(pattern):
+            found = _store(stores, pattern).expand(pattern)
+        else:
+            found = [os.path.abspath(path) for path in _matches(pattern)]
+        for absolute in found:
             if absolute not in seen:
                 seen.add(absolute)
                 paths.append(absolute)
@@ -124,13 +167,8 @@ def _expand(patterns: list[str]) -> list[str]:
 
 
 def _matches(pattern: str) -> list[str]:
-    if "://" in pattern:
-        raise DataError(
-            f"Input {pattern!r} looks like a remote URI; only paths on the local "
-            f"filesystem (including mounted network storage) are supported. Fix: "
-            f"copy or mount the data on the machine running the job and pass its "
-            f"local path."
-        )
+    if pattern.startswith(("file://", "local://")):
+        pattern = pattern.partition("://")[2]
     expanded = os.path.expanduser(pattern)
     is_glob = any(character in _GLOB_CHARACTERS for character in expanded)
     if is_glob:
@@ -149,7 +187,7 @@ def _matches(pattern: str) -> list[str]:
 
 
 def _detect_format(path: str) -> str:
-    if os.path.isdir(path):
+    if not is_remote(path) and os.path.isdir(path):
         if npy_layout.looks_like_staged_dir(path):
             return NPY
         raise DataError(
@@ -173,6 +211,14 @@ def _detect_format(path: str) -> str:
 
 
 def _check_kind(path: str, source_format: str) -> None:
+    if is_remote(path):
+        if source_format == NPY:
+            raise DataError(
+                f"Input {path!r} is remote, but data_format='npy' (staged arrays) is "
+                f"read by memory-mapping a local directory. Fix: pass CSV or TFRecord "
+                f"objects, or stage the arrays on a path the job's machines share."
+            )
+        return  # the store listed it as a file (ObjectStore.expand skips prefixes)
     is_dir = os.path.isdir(path)
     if source_format == NPY and not is_dir:
         raise DataError(
@@ -203,10 +249,10 @@ def _count(path: str, source_format: str, csv_header: bool) -> int:
         ) from error
 
 
-def _empty(path: str, source_format: str, csv_header: bool) -> DataError:
+def _empty(path: str, source_format: str, csv_header: bool, size: int) -> DataError:
     detail = "it is empty"
     hint = ""
-    if source_format == CSV and csv_header and os.path.getsize(path) > 0:
+    if source_format == CSV and csv_header and size > 0:
         detail = "it has only a header line (csv_header=True)"
         hint = " If the first line is data rather than column names, pass csv_header=False."
     return DataError(

@@ -3,7 +3,8 @@
 Each record is stored as: uint64 little-endian data length, uint32 masked CRC of
 the length, the data, uint32 masked CRC of the data. Only the lengths are needed
 to find record boundaries, so the master can count records (and workers can
-index them) by jumping from header to header. CRCs are deliberately not
+index them) by jumping from header to header, on a memory map for local files
+and over chunks fetched by ranged reads for remote ones. CRCs are deliberately not
 verified: that would mean reading every byte in pure Python; TensorFlow still
 checks them if the bytes are later parsed there.
 """
@@ -12,6 +13,7 @@ import mmap
 import os
 import struct
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,13 +43,57 @@ def record_offsets(path: str) -> np.ndarray:
             while position < size:
                 remaining = size - position
                 if remaining < _FRAMING_BYTES:
-                    raise _truncated(path, view, position, size, None)
+                    raise _truncated(path, view[:2], position, size, None)
                 (length,) = _LENGTH.unpack_from(view, position)
                 if length > remaining - _FRAMING_BYTES:
-                    raise _truncated(path, view, position, size, length)
+                    raise _truncated(path, view[:2], position, size, length)
                 offsets.append(position)
                 position += _FRAMING_BYTES + length
     return np.frombuffer(offsets, dtype=np.int64).copy()
+
+
+def sparse_record_offsets(
+    read: Callable[[int, int], bytes], size: int, path: str, stride: int, chunk_bytes: int
+) -> tuple[int, list[int]]:
+    """(number of records, header offsets of records 0, stride, 2·stride, ...) of a
+    TFRecord file of `size` bytes whose bytes [start, stop) `read` returns, e.g. one
+    ranged request to an object store: it reads `chunk_bytes` at a time and, past a
+    record bigger than that, jumps straight to the next header."""
+    offsets = []
+    count = 0
+    position = 0
+    head = read(0, min(2, size))
+    buffer, buffer_start = b"", 0
+    while position < size:
+        remaining = size - position
+        if remaining < _FRAMING_BYTES:
+            raise _truncated(path, head, position, size, None)
+        if position + _LENGTH.size > buffer_start + len(buffer):
+            buffer_start = position
+            buffer = read(position, min(size, position + chunk_bytes))
+        (length,) = _LENGTH.unpack_from(buffer, position - buffer_start)
+        if length > remaining - _FRAMING_BYTES:
+            raise _truncated(path, head, position, size, length)
+        if count % stride == 0:
+            offsets.append(position)
+        count += 1
+        position += _FRAMING_BYTES + length
+    return count, offsets
+
+
+def record_ends(buffer: bytes, limit: int) -> list[int]:
+    """Offsets just past each of the first `limit` whole records at the start of
+    `buffer` (fewer if the buffer ends first)."""
+    ends = []
+    position = 0
+    while len(ends) < limit and position + HEADER_BYTES <= len(buffer):
+        (length,) = _LENGTH.unpack_from(buffer, position)
+        end = position + _FRAMING_BYTES + length
+        if end > len(buffer):
+            break
+        ends.append(end)
+        position = end
+    return ends
 
 
 def split_records(buffer: bytes, path: str) -> list[bytes]:
@@ -69,8 +115,8 @@ def split_records(buffer: bytes, path: str) -> list[bytes]:
     return records
 
 
-def _truncated(path: str, view, position: int, size: int, length: int | None) -> DataError:
-    if view[:2] == _GZIP_MAGIC:
+def _truncated(path: str, head, position: int, size: int, length: int | None) -> DataError:
+    if head == _GZIP_MAGIC:
         return DataError(
             f"TFRecord file {path!r} looks GZIP-compressed (it starts with the gzip "
             f"magic bytes); compressed TFRecord files are not supported. Fix: "

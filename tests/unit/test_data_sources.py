@@ -202,9 +202,9 @@ def test_empty_data_list_is_an_error():
         resolve_sources([])
 
 
-def test_remote_uri_error_says_only_local_paths():
-    with pytest.raises(DataError, match="local filesystem"):
-        resolve_sources("s3://bucket/data.csv")
+def test_a_url_of_a_protocol_without_a_driver_names_the_driver_to_install():
+    with pytest.raises(DataError, match="no usable driver for the 'nosuchstore' protocol"):
+        resolve_sources("nosuchstore://bucket/data.csv")
 
 
 def test_unknown_extension_error_names_data_format_option(tmp_path):

@@ -1,0 +1,86 @@
+"""Where every k-th record of a remote source starts, so a task reads only its own bytes.
+
+A local file is indexed by each worker in full (memory-mapped, fast). A remote
+object cannot be: a worker would download the whole object to find where its
+task starts. So when the sources are resolved (one pass over each object, which
+counting needs anyway) the byte offsets of units 0, k, 2k, ... are kept, and
+travel to the workers inside `SourceInfo`. A worker then fetches from the last
+checkpoint at or before its task, at most k units more than the task itself.
+Units are non-empty lines for CSV (the header line included) and records for
+TFRecord. At most `MAX_CHECKPOINTS` offsets are kept per source, because the
+source list travels in a Kubernetes ConfigMap (1 MiB in all).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elasticdl_nb.data import csv_lines, tfrecord_framing
+from elasticdl_nb.data.remote_files import ObjectStore
+
+MAX_CHECKPOINTS = 256
+_FIRST_STRIDE = 64  # Units between checkpoints while scanning, before thinning.
+_STREAM_BYTES = 8 * 2**20  # Bytes per request while scanning an object once.
+
+
+@dataclass(frozen=True)
+class SparseIndex:
+    """Byte offsets of units 0, stride, 2·stride, ... of one object, its unit count and size."""
+
+    stride: int
+    offsets: tuple[int, ...]
+    units: int
+    size: int  # bytes when indexed: another size later means the object changed
+
+    def checkpoint(self, unit: int) -> tuple[int, int]:
+        """(the unit of the last checkpoint at or before `unit`, its byte offset)."""
+        slot = min(unit // self.stride, len(self.offsets) - 1)
+        return slot * self.stride, self.offsets[slot]
+
+    def bytes_for(self, units: int) -> int:
+        """A generous guess of how many bytes `units` consecutive units take."""
+        average = self.size / max(self.units, 1)
+        return int(average * units * 1.25) + 64 * 1024
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (inside `SourceInfo.to_dict`)."""
+        return {
+            "stride": self.stride,
+            "offsets": list(self.offsets),
+            "units": self.units,
+            "size": self.size,
+        }
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> SparseIndex:
+        """Inverse of `to_dict`."""
+        return cls(
+            stride=int(fields["stride"]),
+            offsets=tuple(int(o) for o in fields["offsets"]),
+            units=int(fields["units"]),
+            size=int(fields["size"]),
+        )
+
+
+def index_csv(store: ObjectStore, url: str) -> SparseIndex:
+    """Scan the CSV object at `url` once: its non-empty lines and their checkpoints."""
+    size = store.size(url)
+    units, offsets = csv_lines.sparse_line_starts(store.stream(url, _STREAM_BYTES), _FIRST_STRIDE)
+    return _thinned(_FIRST_STRIDE, [int(o) for o in offsets], units, size)
+
+
+def index_tfrecord(store: ObjectStore, url: str) -> SparseIndex:
+    """Walk the TFRecord object at `url` once (headers only): its records and checkpoints."""
+    size = store.size(url)
+    units, offsets = tfrecord_framing.sparse_record_offsets(
+        lambda start, stop: store.read(url, start, stop), size, url, _FIRST_STRIDE, _STREAM_BYTES
+    )
+    return _thinned(_FIRST_STRIDE, offsets, units, size)
+
+
+def _thinned(stride: int, offsets: list[int], units: int, size: int) -> SparseIndex:
+    step = max(1, math.ceil(len(offsets) / MAX_CHECKPOINTS))
+    return SparseIndex(stride * step, tuple(offsets[::step]), units, size)
