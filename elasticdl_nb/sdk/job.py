@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -40,7 +41,8 @@ NOTEBOOK_PATIENCE = Patience(seconds=15)
 
 class Job:
     """A job, running or finished, as its backend's `MasterLink` reaches it: `status()`,
-    `events()`, `metrics()`, `logs()`, `scale()`, `stop()`, `wait()` and `model()`.
+    `events()`, `metrics()`, `logs()`, `scale()`, `stop()`, `wait()`, `model()` and
+    `saved_model()`.
 
     Made by `train` and `attach` (never directly); cheap to make again, holds no thread,
     and works in any process of this machine that can read the job's record."""
@@ -258,20 +260,60 @@ class Job:
             time.sleep(0.05)
         return self.status()
 
+    def _export_format(self) -> str:
+        """The spec's `export_format` (keras, saved_model or both)."""
+        try:
+            return json.loads(self._files.spec.read_text()).get("export_format", "keras")
+        except (OSError, ValueError):
+            return "keras"
+
+    def _exported(self, path: Path, note: Path, what: str) -> Path:
+        """`path`, once the job exported it; else NoModelYet saying why not."""
+        if path.exists():
+            return path
+        if note.exists():
+            raise NoModelYet(note.read_text().strip())
+        raise NoModelYet(
+            f"Job {self.name!r} has not exported its {what} yet (state: "
+            f"{self.status().get('state')}); it is written when the job succeeds."
+        )
+
+    @property
+    def saved_model_path(self) -> Path:
+        """The folder of the job's TensorFlow SavedModel (export_format 'saved_model' or
+        'both'), once exported: `tf.saved_model.load(job.saved_model_path)`, then its
+        `serve(inputs)` or `signatures['serving_default']`."""
+        if self._export_format() == "keras":
+            raise NoModelYet(
+                f"Job {self.name!r} exports a Keras file only (export_format='keras'): "
+                "job.model() loads it. Train with export_format='saved_model' or 'both' "
+                "for a TensorFlow SavedModel."
+            )
+        files = self._files
+        return self._exported(files.saved_model, files.saved_model_not_exported, "SavedModel")
+
+    def saved_model(self):
+        """The job's TensorFlow SavedModel, loaded into this process (`tf.saved_model.load`):
+        call `.serve(inputs)`, or `.signatures['serving_default'](**inputs)`. Keep the
+        object while you call it (its functions use its variables, which go with it)."""
+        import tensorflow as tf
+
+        return tf.saved_model.load(str(self.saved_model_path))
+
     def model(self):
         """The trained Keras model, loaded into this process."""
         import keras
 
-        path = self._files.model
-        if not path.exists() and self._files.model_not_exported.exists():
-            raise NoModelYet(self._files.model_not_exported.read_text().strip())
-        if not path.exists():
+        files = self._files
+        if self._export_format() == "saved_model" and not files.model.exists():
             raise NoModelYet(
-                f"Job {self.name!r} has no exported model yet (state: "
-                f"{self.status().get('state')}); it is written when the job "
-                "succeeds."
+                f"Job {self.name!r} exports a TensorFlow SavedModel only "
+                f"(export_format='saved_model'), not a Keras file: it is in "
+                f"{files.saved_model} (job.saved_model() loads it, job.saved_model_path "
+                "says where). Train with export_format='both' for a Keras model too."
             )
+        path = self._exported(files.model, files.model_not_exported, "model")
         from elasticdl_nb.model import load_bundle
 
-        load_bundle(self._files.bundle)  # custom layers of the model module become importable
+        load_bundle(files.bundle)  # custom layers of the model module become importable
         return keras.models.load_model(path, compile=False)

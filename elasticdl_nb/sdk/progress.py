@@ -128,7 +128,10 @@ def describe(event: Event) -> str | None:
                 f"embedding tables too large for a Keras file: exported as (id, vector) "
                 f"files to {d['path']} (elasticdl_nb.load_embeddings reads them)"
             )
-        return f"model exported to {d['path']}"
+        exported = [f"model exported to {d['path']}"] if d["path"] else []
+        if d.get("saved_model"):  # (export_format saved_model or both)
+            exported.append(f"SavedModel exported to {d['saved_model']}")
+        return "; ".join(exported)
     if event.kind == EventKind.CHECKPOINT:
         versions = ", ".join(str(v) for v in d.get("versions", []))
         return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"

@@ -70,6 +70,36 @@ def test_a_non_scalar_loss_is_refused(job_home, digits):
     _nothing_launched(job_home)
 
 
+def test_a_saved_model_of_a_model_whose_tables_live_on_the_ps_is_refused(job_home):
+    """Tables of any int64 id are exported as (id, vector) files: no SavedModel holds them."""
+    import numpy as np
+
+    def custom_model():
+        import keras
+
+        from elasticdl_nb.layers import Embedding
+
+        ids = keras.Input(shape=(2,), dtype="int64")
+        vectors = keras.layers.Flatten()(Embedding(4, name="ids")(ids))
+        return keras.Model(ids, keras.layers.Dense(1)(vectors))
+
+    def loss(labels, predictions):
+        import tensorflow as tf
+
+        return tf.reduce_mean(tf.square(tf.reshape(labels, [-1]) - predictions[:, 0]))
+
+    def optimizer():
+        import keras
+
+        return keras.optimizers.SGD(0.1)
+
+    rng = np.random.default_rng(0)
+    data = (rng.integers(0, 2**40, size=(64, 2)), rng.normal(size=64).astype("float32"))
+    with pytest.raises(PreflightError, match="SavedModel.*'ids/.*any int64 id.*'keras'"):
+        edl.train(custom_model, loss=loss, optimizer=optimizer, data=data, export_format="both")
+    _nothing_launched(job_home)
+
+
 def test_unknown_option_suggests_the_right_one(job_home, digits):
     with pytest.raises(edl.SpecError, match="Did you mean 'minibatch_size'"):
         edl.train(custom_model, **DIGITS, data=digits, batch_size=32)

@@ -6,17 +6,21 @@ import numpy as np
 import pytest
 
 import elasticdl_nb as edl
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.conftest import job_processes
 from tests.integration.models import accuracy, digits_job, model_zoo_module
+from tests.tensorboard_files import read_scalars
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["exact", "overlapped"])
 def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home, overlap):
+    # (the exact job also exports a SavedModel; the overlapped one writes no TensorBoard log)
+    options = {"tensorboard": False} if overlap else {"export_format": "both"}
     job, (x, _), (xt, yt) = digits_job(
-        workers=2, ps=1, epochs=6, minibatches_per_task=8, overlap_communication=overlap
+        workers=2, ps=1, epochs=6, minibatches_per_task=8, overlap_communication=overlap, **options
     )
     status = job.wait(timeout=300)
 
@@ -37,6 +41,50 @@ def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home, 
         assert 0 < t["compute_s"] and 0 < t["wait_s"]
         assert t["compute_s"] + t["wait_s"] <= t["task_s"] + 1e-6
     assert sum(t["minibatches"] for t in timings) >= 6 * -(-len(x) // 32)  # batches of 32
+    if overlap:
+        assert not JobDir(job.dir).tensorboard.exists()
+        with pytest.raises(edl.NoModelYet, match="Keras file only.*export_format='saved_model'"):
+            job.saved_model_path  # noqa: B018
+    else:
+        _check_tensorboard_log(JobDir(job.dir).tensorboard, events, status)
+        _check_saved_model(job, model, xt)
+
+
+def _check_tensorboard_log(logdir, events, status) -> None:
+    """The log holds what the journal says, each point once, as TensorBoard reads it."""
+    scalars = read_scalars(logdir)
+    points = [p for e in events if e.kind == "loss" for p in e.data["points"]]
+    assert [n for n, _ in scalars["training/loss"]] == [n for n, _ in points]
+    assert [v for _, v in scalars["training/loss"]] == pytest.approx([v for _, v in points])
+    evaluations = [e.data for e in events if e.kind == "evaluation"]
+    assert len(evaluations) == 6  # one per epoch
+    assert scalars["evaluation/accuracy"] == [
+        (d["step"], pytest.approx(d["metrics"]["accuracy"])) for d in evaluations
+    ]
+    assert scalars["evaluation/accuracy"][-1][1] == pytest.approx(status["metrics"]["accuracy"])
+    progress = [e.data for e in events if e.kind == "progress"]
+    assert [s for s, _ in scalars["training/records_per_second"]] == [d["step"] for d in progress]
+    assert max(v for _, v in scalars["job/live_workers"]) == 2
+    assert scalars["job/live_workers"][-1][1] == 0  # (they exit when the job is done)
+    assert "job/relaunches" not in scalars and "job/master_restarts" not in scalars
+
+
+def _check_saved_model(job, model, xt) -> None:
+    """The SavedModel serves the predictions of the Keras model the same job exported."""
+    import tensorflow as tf
+
+    exported = [e.data for e in job.events(follow=False) if e.kind == "export"]
+    assert exported == [
+        {"path": str(job.dir / "model.keras"), "worker": exported[0]["worker"],
+         "saved_model": str(job.saved_model_path)}
+    ]  # fmt: skip
+    served = job.saved_model()
+    assert "serving_default" in served.signatures
+    held_out = tf.constant(xt, dtype=tf.float32)
+    expected = model.predict(xt, verbose=0)
+    np.testing.assert_allclose(served.serve(held_out).numpy(), expected, rtol=1e-5, atol=1e-5)
+    (signature_output,) = served.signatures["serving_default"](held_out).values()
+    np.testing.assert_allclose(signature_output.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_ctr_model_with_embeddings_on_two_ps_learns_the_ground_truth(job_home):
@@ -122,8 +170,18 @@ def test_csv_regression_recovers_known_weights(job_home, tmp_path):
         workers=2,
         epochs=3,
         minibatch_size=50,
+        export_format="saved_model",
     )
     job.wait(timeout=300)
-    kernel, bias = job.model().get_weights()
-    np.testing.assert_allclose(kernel[:, 0], w, atol=0.02)
-    np.testing.assert_allclose(bias, [0.3], atol=0.02)
+    with pytest.raises(edl.NoModelYet, match="SavedModel only.*saved_model.*'both'"):
+        job.model()
+    assert not (job.dir / "model.keras").exists()
+    # The SavedModel alone serves the trained weights: its predictions at 0 and at each
+    # unit vector are the bias and the bias plus each weight.
+    import tensorflow as tf
+
+    served = job.saved_model()  # (kept: its functions use its variables)
+    at = served.serve(tf.constant(np.vstack([np.zeros(3), np.eye(3)]), tf.float32))
+    bias, kernel = at.numpy()[0, 0], at.numpy()[1:, 0] - at.numpy()[0, 0]
+    np.testing.assert_allclose(kernel, w, atol=0.02)
+    np.testing.assert_allclose(bias, 0.3, atol=0.02)

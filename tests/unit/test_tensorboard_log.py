@@ -20,6 +20,7 @@ from elasticdl_nb.runtime.master.journal import Journal, read_journal_file
 from elasticdl_nb.runtime.master.summaries import Scalar, Summaries
 from elasticdl_nb.runtime.master.tensorboard_log import POSITION, TensorBoardLog
 from tests.conftest import REPO
+from tests.tensorboard_files import read_scalars
 from tests.unit.timed_journal import T0, TimedJournal
 
 
@@ -79,14 +80,9 @@ def test_a_retiring_worker_is_no_longer_live_and_its_exit_changes_nothing():
 
 
 def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of the log as TensorBoard reads it, duplicates kept."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0}, purge_orphaned_data=False)
-    acc.Reload()
     return {
-        tag: [(e.step, round(e.value, 6)) for e in acc.Scalars(tag)]
-        for tag in acc.Tags()["scalars"]
+        tag: [(step, round(value, 6)) for step, value in points]
+        for tag, points in read_scalars(logdir).items()
     }
 
 

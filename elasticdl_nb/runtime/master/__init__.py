@@ -14,5 +14,7 @@ every view of the job reads.
   `ps_strategy.PsStrategy` and `allreduce_group.AllreduceGroup`;
 - `instances.py`: `InstanceManager`, the elastic policy over the site's launcher;
 - `site.py`: the plugs a backend fills (`MasterSite`, `InstanceLauncher`, `InstanceEvent`);
-- `journal.py`: the event journal; `service.py`: the Master gRPC service.
+- `journal.py`: the event journal; `service.py`: the Master gRPC service;
+- `tensorboard_log.py`: the job's TensorBoard event file, written from the journal
+  (`summaries.py`: which scalars each event gives).
 """

@@ -39,7 +39,8 @@ class Task:
     end: int = 0
     epoch: int = 0
     eval_round: int = -1
-    export_path: str = ""
+    export_path: str = ""  # export tasks: the .keras file ("" = none)
+    saved_model_path: str = ""  # and the SavedModel's folder ("" = none)
 
     def to_message(self) -> pb.Task:
         return pb.Task(
@@ -48,6 +49,7 @@ class Task:
             epoch=self.epoch,
             eval_round=self.eval_round,
             export_path=self.export_path,
+            saved_model_path=self.saved_model_path,
             range=pb.RecordRange(source=self.source, start=self.start, end=self.end),
         )
 
@@ -168,8 +170,12 @@ class TaskQueue:
         return len(tasks)
 
     @recorded
-    def add_export(self, path: str) -> None:
-        self.todo.appendleft(self._new(kind=EXPORT, export_path=path))
+    def add_export(self, path: str, saved_model_path: str = "") -> None:
+        """Queue the export: a Keras file at `path` and/or a SavedModel at
+        `saved_model_path` (either may be "": not wanted)."""
+        self.todo.appendleft(
+            self._new(kind=EXPORT, export_path=path, saved_model_path=saved_model_path)
+        )
 
     @recorded
     def requeue_batches(

@@ -1,16 +1,20 @@
-"""The export task's file: the whole trained Keras model where the master asked for it,
-or, when its embedding tables are too large for one file, a note saying so."""
+"""What the export task writes where the master asked for it (`export_model`): the whole
+trained Keras model (`model.keras`), a TensorFlow SavedModel with a serving signature
+(`saved_model/`), or both (JobSpec `export_format`); when its embedding tables are too
+large for one file, a note in place of each, saying so and where the rows went."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 
 from elasticdl_nb.runtime.job_dir import not_exported_note
+from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.table_def import TableDef
 from elasticdl_nb.runtime.table_export import DENSE_FILE
 
@@ -29,22 +33,46 @@ def whole_tables_bytes(tables: list[TableDef]) -> float:
     )
 
 
-def note_not_exported(path: Path, tables: list[TableDef], embeddings: Path) -> None:
-    """Leave, instead of the model file, why there is none and where the rows went
-    (`Job.model()` reads it)."""
+def note_not_exported(task: pb.Task, tables: list[TableDef], embeddings: Path) -> None:
+    """Leave, instead of each model the task asked for, why there is none and where the
+    rows went (`Job.model()` and `Job.saved_model_path` read it)."""
     sizes = ", ".join(
         f"'{t.name}' {t.input_dim:,} rows" if t.input_dim else f"'{t.name}' any int64 ids"
         for t in tables
     )
-    reason = (
-        f"The model's embedding tables ({sizes}) take {whole_tables_bytes(tables) / 2**30:.1f} "
-        f"GiB whole, more than the {WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB a Keras model "
-        f"file is written for, so no model.keras was exported. Their trained rows are "
-        f"exported as (id, vector) files in {embeddings}, and the dense layers' weights in "
-        f"{embeddings / DENSE_FILE}: read them with elasticdl_nb.load_embeddings(job)."
+    where = (
+        f"Their trained rows are exported as (id, vector) files in {embeddings}, and the "
+        f"dense layers' weights in {embeddings / DENSE_FILE}: read them with "
+        "elasticdl_nb.load_embeddings(job)."
     )
-    not_exported_note(path).write_text(reason + "\n")
-    log.info("%s", reason)
+    too_large = (
+        f"The model's embedding tables ({sizes}) take "
+        f"{whole_tables_bytes(tables) / 2**30:.1f} GiB whole, more than the "
+        f"{WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB a model file is written for"
+    )
+    notes = []
+    if task.export_path:
+        notes.append((task.export_path, f"{too_large}, so no model.keras was exported."))
+    if task.saved_model_path:
+        notes.append(
+            (
+                task.saved_model_path,
+                f"{too_large}, so no SavedModel was exported (a SavedModel holds its "
+                "tables whole too; export_format='saved_model' cannot serve tables that "
+                "live on the parameter servers).",
+            )
+        )
+    for path, reason in notes:
+        not_exported_note(Path(path)).write_text(f"{reason} {where}\n")
+        log.info("%s %s", reason, where)
+
+
+def export_model(model, task: pb.Task, worker_id: int) -> None:
+    """Write what the export task asks for: the Keras file, the SavedModel, or both."""
+    if task.export_path:
+        save_model(model, Path(task.export_path), worker_id)
+    if task.saved_model_path:
+        save_saved_model(model, Path(task.saved_model_path), worker_id)
 
 
 def save_model(model, path: Path, worker_id: int) -> None:
@@ -54,3 +82,15 @@ def save_model(model, path: Path, worker_id: int) -> None:
     os.replace(partial, path)  # whoever opens model.keras sees a whole file
     model.save_weights(path.with_name("model.weights.h5"))
     log.info("exported the model to %s", path)
+
+
+def save_saved_model(model, path: Path, worker_id: int) -> None:
+    """Export `model` as a TensorFlow SavedModel in the folder `path`, its inference as
+    the `serve` endpoint and the `serving_default` signature (Keras's `model.export`), whole
+    or not at all."""
+    partial = path.with_name(f"partial-{worker_id}-{path.name}")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.export(str(partial), format="tf_saved_model", verbose=False)
+    shutil.rmtree(path, ignore_errors=True)  # (an export done again: its worker was lost)
+    os.replace(partial, path)
+    log.info("exported the SavedModel to %s", path)

@@ -48,7 +48,7 @@ from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
-from elasticdl_nb.runtime.worker.export import save_model
+from elasticdl_nb.runtime.worker.export import export_model
 from elasticdl_nb.runtime.worker.replica import Replica
 from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -483,7 +483,7 @@ class Lockstep:
             states = take_metric_states(self.replica.metrics)
             self.reporter.task_done(task.task_id, states, wait=False)
         elif task.type == pb.EXPORT:
-            save_model(self.replica.model, Path(task.export_path), self.me)
+            export_model(self.replica.model, task, self.me)
             self.reporter.task_done(task.task_id, wait=False)
 
     # ================================================================== start and end

@@ -28,8 +28,8 @@ from elasticdl_nb.runtime.table_export import write_dense
 from elasticdl_nb.runtime.worker.batches import BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.export import (
     WHOLE_TABLES_MAX_BYTES,
+    export_model,
     note_not_exported,
-    save_model,
     whole_tables_bytes,
 )
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
@@ -288,15 +288,15 @@ class Trainer:
         self._ensure_built(features)
         if whole_tables_bytes(self.runner.table_defs) > WHOLE_TABLES_MAX_BYTES:
             # Too large for one file: each PS writes its rows, this worker the dense part.
-            embeddings = Path(task.export_path).with_name("embeddings")
+            embeddings = Path(task.export_path or task.saved_model_path).with_name("embeddings")
             self.ps.export_tables(str(embeddings))
             self.ps.exchange(None, {}, self.runner.variable_values)  # the newest dense values
             write_dense(embeddings, dict(self.ps.dense_values))
-            note_not_exported(Path(task.export_path), self.runner.table_defs, embeddings)
+            note_not_exported(task, self.runner.table_defs, embeddings)
             self.reporter.task_done(task.task_id, exported_tables=str(embeddings))
             return
         dense, rows = self.ps.exchange(None, {}, self.runner.variable_values, pull_all=True)
         tables = {name: table for name, (_, table) in rows.items()}
         model = self.runner.full_model(features, dense, tables)
-        save_model(model, Path(task.export_path), self.worker_id)
+        export_model(model, task, self.worker_id)
         self.reporter.task_done(task.task_id)
