@@ -1,7 +1,7 @@
 """Object-store URLs (s3://, gs://, any fsspec protocol) as input data.
 
 Only this module talks to fsspec. It tells a remote URL from a local path,
-expands globs, gives sizes and ranged reads, and turns whatever the store
+expands globs, gives sizes, versions and ranged reads, and turns whatever the store
 raises (no such bucket or object, refused credentials, unknown protocol) into
 a DataError that says what to fix, so such problems surface when the SDK
 resolves the sources, before anything is launched. Credentials and endpoints
@@ -79,16 +79,18 @@ class ObjectStore:
             raise self._nothing_found(pattern, path, is_glob)
         return [self._fs.unstrip_protocol(p) for p in files]
 
-    def size(self, url: str) -> int:
-        """Size in bytes of the object at `url`."""
+    def stat(self, url: str) -> tuple[int, str]:
+        """(size in bytes, version tag) of the object at `url`; the tag is the store's
+        ETag (or modification time), "" if it has neither."""
         try:
-            return int(self._fs.size(self._fs._strip_protocol(url)))
+            info = self._fs.info(self._fs._strip_protocol(url))
         except Exception as error:  # noqa: BLE001
             raise access_error(url, error) from error
+        tag = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+        return int(info["size"]), str(tag)
 
-    def stream(self, url: str, chunk_bytes: int) -> Iterator[bytes]:
-        """The object's bytes in order, one request of `chunk_bytes` at a time."""
-        size = self.size(url)
+    def stream(self, url: str, size: int, chunk_bytes: int) -> Iterator[bytes]:
+        """The object's `size` bytes in order, one request of `chunk_bytes` at a time."""
         for start in range(0, size, chunk_bytes):
             yield self.read(url, start, min(start + chunk_bytes, size))
 

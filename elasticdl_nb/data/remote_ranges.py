@@ -58,20 +58,20 @@ class RemoteSpans:
         what `units` units take (doubling on every retry), and whether the object ends
         there."""
         if not self._checked:
-            self._check_size()
+            self._check_unchanged()
         start = offset + len(buffer)
         stop = min(self.index.size, start + max(self.index.bytes_for(units), len(buffer)))
         return buffer + self._store.read(self.url, start, stop), stop >= self.index.size
 
-    def _check_size(self) -> None:
-        if self._store.size(self.url) != self.index.size:
+    def _check_unchanged(self) -> None:
+        if self._store.stat(self.url) != (self.index.size, self.index.version):
             raise self._changed()
         self._checked = True
 
     def _changed(self) -> DataError:
         return DataError(
             f"Source {self.url!r} changed while the job was running: it no longer has "
-            f"the size or records it had when the job resolved its inputs "
-            f"({self.index.size} bytes, {self.index.units} lines or records). Fix: do not "
-            f"overwrite input objects during a job; restart the job to re-count them."
+            f"the size, version or records it had when the job resolved its inputs "
+            f"({self.index.size} bytes, {self.index.units} lines or records). Fix: do "
+            f"not overwrite input objects during a job; restart the job to re-count them."
         )

@@ -28,12 +28,14 @@ _STREAM_BYTES = 8 * 2**20  # Bytes per request while scanning an object once.
 
 @dataclass(frozen=True)
 class SparseIndex:
-    """Byte offsets of units 0, stride, 2·stride, ... of one object, its unit count and size."""
+    """Byte offsets of units 0, stride, 2·stride, ... of one object, its unit count, and
+    its size and version tag when indexed (if they differ later, the object changed)."""
 
     stride: int
     offsets: tuple[int, ...]
     units: int
-    size: int  # bytes when indexed: another size later means the object changed
+    size: int
+    version: str = ""
 
     def checkpoint(self, unit: int) -> tuple[int, int]:
         """(the unit of the last checkpoint at or before `unit`, its byte offset)."""
@@ -52,6 +54,7 @@ class SparseIndex:
             "offsets": list(self.offsets),
             "units": self.units,
             "size": self.size,
+            "version": self.version,
         }
 
     @classmethod
@@ -62,25 +65,27 @@ class SparseIndex:
             offsets=tuple(int(o) for o in fields["offsets"]),
             units=int(fields["units"]),
             size=int(fields["size"]),
+            version=str(fields.get("version", "")),
         )
 
 
 def index_csv(store: ObjectStore, url: str) -> SparseIndex:
     """Scan the CSV object at `url` once: its non-empty lines and their checkpoints."""
-    size = store.size(url)
-    units, offsets = csv_lines.sparse_line_starts(store.stream(url, _STREAM_BYTES), _FIRST_STRIDE)
-    return _thinned(_FIRST_STRIDE, [int(o) for o in offsets], units, size)
+    size, version = store.stat(url)
+    chunks = store.stream(url, size, _STREAM_BYTES)
+    units, offsets = csv_lines.sparse_line_starts(chunks, _FIRST_STRIDE)
+    return _thinned([int(o) for o in offsets], units, size, version)
 
 
 def index_tfrecord(store: ObjectStore, url: str) -> SparseIndex:
     """Walk the TFRecord object at `url` once (headers only): its records and checkpoints."""
-    size = store.size(url)
+    size, version = store.stat(url)
     units, offsets = tfrecord_framing.sparse_record_offsets(
         lambda start, stop: store.read(url, start, stop), size, url, _FIRST_STRIDE, _STREAM_BYTES
     )
-    return _thinned(_FIRST_STRIDE, offsets, units, size)
+    return _thinned(offsets, units, size, version)
 
 
-def _thinned(stride: int, offsets: list[int], units: int, size: int) -> SparseIndex:
+def _thinned(offsets: list[int], units: int, size: int, version: str) -> SparseIndex:
     step = max(1, math.ceil(len(offsets) / MAX_CHECKPOINTS))
-    return SparseIndex(stride * step, tuple(offsets[::step]), units, size)
+    return SparseIndex(_FIRST_STRIDE * step, tuple(offsets[::step]), units, size, version)

@@ -197,10 +197,12 @@ def test_remote_sources_that_cannot_be_used_say_why(s3, tmp_path):
         resolve_sources(f"{prefix}/folder/a.csv", data_format="npy")
 
 
-def test_an_object_overwritten_during_the_job_is_refused_not_misread(s3):
-    url = s3.put(f"{s3.new_prefix()}/a.csv", big_csv(10))
+@pytest.mark.parametrize("new_size", ["same size", "other size"])
+def test_an_object_overwritten_during_the_job_is_refused_not_misread(s3, new_size):
+    data = big_csv(10)
+    url = s3.put(f"{s3.new_prefix()}/a.csv", data)
     [source] = resolve_sources(url)
-    s3.put(url, big_csv(12))
+    s3.put(url, data.replace(b"1,0.25", b"7,0.75") if new_size == "same size" else big_csv(12))
     with pytest.raises(DataError, match="changed while the job was running"):
         open_reader(source).read(0, 5)
 
