@@ -105,13 +105,15 @@ def resolve_sources(
             f"e.g. ',' or '\\t'."
         )
     stores: dict[str, ObjectStore] = {}  # one per protocol for this call
+    paths = _expand(_as_patterns(data), stores)
+    checkpoints = sparse_index.checkpoints_per_source(sum(map(is_remote, paths)))
     sources = []
-    for path in _expand(_as_patterns(data), stores):
+    for path in paths:
         source_format = _detect_format(path) if data_format == AUTO else data_format
         _check_kind(path, source_format)
         if is_remote(path):
             store = _store(stores, path)
-            sources.append(_remote_source(store, path, source_format, csv_header))
+            sources.append(_remote_source(store, path, source_format, csv_header, checkpoints))
             continue
         num_records = _count(path, source_format, csv_header)
         if num_records == 0:
@@ -128,13 +130,13 @@ def _store(stores: dict[str, ObjectStore], url: str) -> ObjectStore:
 
 
 def _remote_source(
-    store: ObjectStore, url: str, source_format: str, csv_header: bool
+    store: ObjectStore, url: str, source_format: str, csv_header: bool, checkpoints: int
 ) -> SourceInfo:
     if source_format == CSV:
-        index = sparse_index.index_csv(store, url)
+        index = sparse_index.index_csv(store, url, checkpoints)
         num_records = max(index.units - 1, 0) if csv_header else index.units
     else:
-        index = sparse_index.index_tfrecord(store, url)
+        index = sparse_index.index_tfrecord(store, url, checkpoints)
         num_records = index.units
     if num_records == 0:
         raise _empty(url, source_format, csv_header, index.size)

@@ -11,6 +11,7 @@ import pytest
 
 from elasticdl_nb.data import DataError, SourceInfo, csv_lines, open_reader, resolve_sources
 from elasticdl_nb.data.remote_files import ObjectStore
+from elasticdl_nb.data.sparse_index import SparseIndex, checkpoints_per_source
 
 # Blank lines, CRLF endings and no final newline: what the local reader handles, the
 # remote one must count and cut the same way.
@@ -213,3 +214,12 @@ def test_file_urls_are_local_paths(tmp_path):
     [source] = resolve_sources(f"file://{path}")
     assert (source.uri, source.num_records, source.index) == (str(path), 3, None)
     assert np.asarray(open_reader(source).read(0, 3)).shape == (3, 3)
+
+
+@pytest.mark.parametrize("sources", [1, 100, 2000])
+def test_the_indexes_of_a_jobs_sources_fit_the_configmap_together(sources):
+    # Offsets of a 10 GB object are 11 digits each; a ConfigMap holds 1 MiB in all.
+    keep = checkpoints_per_source(sources)
+    index = SparseIndex(stride=64, offsets=tuple(range(10**10, 10**10 + keep)), units=1, size=1)
+    assert len(json.dumps(index.to_dict())) * sources < 512 * 1024
+    assert keep >= 8
