@@ -20,6 +20,7 @@ from elasticdl_nb.vocabulary import INSTANCE_ENDED
 from tests.conftest import job_processes
 from tests.integration.faults import fault_rng, follow_events, wait_for, wait_for_step
 from tests.integration.models import accuracy, digits_job, paced_loss
+from tests.tensorboard_files import read_scalars
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +66,11 @@ def _check_the_journal(job, follower: threading.Thread, seen: list[int]) -> list
     restarts = [e.data for e in events if e.kind == "master_restarted"]
     assert [r["incarnation"] for r in restarts] == [1, 2, 3]
     print("restarts:", [{k: r[k] for k in ("rebuild_s", "down_s", "adopted")} for r in restarts])
+    # The TensorBoard log, written by four masters in turn, holds every loss point once.
+    scalars = read_scalars(Path(job.dir) / "tensorboard")
+    points = [p[0] for e in events if e.kind == "loss" for p in e.data["points"]]
+    assert [n for n, _ in scalars["training/loss"]] == points
+    assert [v for _, v in scalars["job/master_restarts"]] == [1, 2, 3]
     return events
 
 
