@@ -2,8 +2,10 @@
 
 The master uses `resolve_sources` to count records and cut tasks; workers use
 `open_reader(source).read(start, end)` to get a task's records as NumPy
-structures. Nothing in this package imports TensorFlow, so the master can
-import it and start quickly.
+structures. Sources are local paths or object-store URLs (s3://bucket/part-*.csv,
+any fsspec protocol; see `remote_files`). Nothing in this package imports
+TensorFlow (nor fsspec until a remote URL is used), so the master can import it
+and start quickly.
 """
 
 from elasticdl_nb.data.csv_decoding import default_decode_csv
