@@ -1,8 +1,10 @@
 """A stand-in master for the TensorBoard log's tests: it continues the journal in a job
 directory (as a master that took over does), writes the TensorBoard log from it, and
 journals `count` loss events of 10 points each, numbered on from the journal's last
-point, a few milliseconds apart, then ends cleanly and prints which big modules it
-imported. Killed midway, it leaves what a master that died leaves.
+point, a few milliseconds apart, then ends cleanly and prints whether TensorFlow got
+imported (with the master's own modules and the log written, it must not: a master
+restarts in half a second without it). Killed midway, it leaves what a master that died
+leaves.
 
     python -m tests.unit.tensorboard_master JOB_DIR COUNT
 """
@@ -14,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import elasticdl_nb.runtime.master.serve  # noqa: F401 (the master process's modules)
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.tensorboard_log import TensorBoardLog
