@@ -56,6 +56,11 @@ def _check_tensorboard_log(logdir, events, status) -> None:
     points = [p for e in events if e.kind == "loss" for p in e.data["points"]]
     assert [n for n, _ in scalars["training/loss"]] == [n for n, _ in points]
     assert [v for _, v in scalars["training/loss"]] == pytest.approx([v for _, v in points])
+    rates = [r for e in events if e.kind == "loss" for r in e.data.get("learning_rates", [])]
+    assert rates, "the PS reports the learning rate of each update"
+    written = scalars["training/learning_rate"]
+    assert [n for n, _ in written] == [n for n, _ in rates]
+    assert [v for _, v in written] == pytest.approx([v for _, v in rates])
     evaluations = [e.data for e in events if e.kind == "evaluation"]
     assert len(evaluations) == 6  # one per epoch
     assert scalars["evaluation/accuracy"] == [
