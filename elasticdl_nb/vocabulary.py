@@ -177,10 +177,21 @@ class EventKind(StrEnum):
     )
     EXPORT = (
         "export",
-        "`path`, `worker`; `tables`: true when the tables were too large for a Keras file "
-        "and `path` holds their (id, vector) files",
+        '`path` ("" with export_format saved_model), `worker`; `saved_model`: the '
+        "SavedModel's folder (export_format saved_model or both); `tables`: true when the "
+        "tables were too large for a Keras file and `path` holds their (id, vector) files",
     )
     CHECKPOINT = "checkpoint", "`versions`, `final`"
+    LEARNING_RATE = (
+        "learning_rate",
+        "`rate`, `by` (the callback), `epoch`, `step`: a callback set the learning rate of "
+        "every update from now on",
+    )
+    TRAINING_STOPPED = (
+        "training_stopped",
+        "`reason` (which callback, when), `epoch`, `step`, `dropped` (training tasks not "
+        "started): a callback stopped training; the job evaluates, exports and succeeds",
+    )
     TABLES = (
         "tables",
         "(PS embedding tables, when they changed; polled every few seconds and before the "

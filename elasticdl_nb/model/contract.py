@@ -54,6 +54,16 @@ class ModelContract:
             )
         return model
 
+    def version_schedule(self) -> Callable[[int], float] | None:
+        """The learning rate by model version of an ElasticDL `LearningRateScheduler`
+        among `callbacks()` (applied where updates are: each PS, each replica), if any."""
+        if self.callbacks is None:
+            return None
+        from elasticdl_nb.callbacks import LearningRateScheduler
+
+        found = [c for c in self.callbacks() if isinstance(c, LearningRateScheduler)]
+        return found[-1].rate_at if found else None
+
     @classmethod
     def from_namespace(
         cls,
@@ -110,6 +120,7 @@ def install_elasticdl_compat() -> None:
         ["elasticdl.python.common.constants"],
         ["elasticdl.python.elasticdl", "elasticdl.python.elasticdl.layers"],
         ["elasticdl.python.elasticdl.layers.embedding"],
+        ["elasticdl.python.elasticdl.callbacks"],
     ]
     for name in [name for path in paths for name in path]:
         module = types.ModuleType(name)
@@ -130,3 +141,12 @@ def install_elasticdl_compat() -> None:
     sys.modules[
         "elasticdl.python.elasticdl.layers.embedding"
     ].__getattr__ = embedding_module_attribute
+
+    def callbacks_module_attribute(name: str):
+        from elasticdl_nb import callbacks
+
+        if name not in callbacks.__all__:
+            raise AttributeError(name)
+        return getattr(callbacks, name)
+
+    sys.modules["elasticdl.python.elasticdl.callbacks"].__getattr__ = callbacks_module_attribute

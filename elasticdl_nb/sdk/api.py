@@ -52,7 +52,7 @@ def train(
     optimizer: Callable | None = None,
     feed: Callable | None = None,
     eval_metrics_fn: Callable | None = None,
-    callbacks: Callable | None = None,
+    callbacks: Callable | list | None = None,
     check: bool = True,
     dry_run: bool = False,
     **options: Any,
@@ -95,7 +95,7 @@ def train(
             "optimizer": optimizer,
             "feed": feed,
             "eval_metrics_fn": eval_metrics_fn,
-            "callbacks": callbacks,
+            "callbacks": _callbacks_function(callbacks),
         },
     )
     if functions is None and not spec.model_def:
@@ -161,6 +161,18 @@ def train(
         shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
         raise
     return Job(record)
+
+
+def _callbacks_function(callbacks: Callable | list | None) -> Callable | None:
+    """`callbacks=[...]` as the contract's `callbacks()` (which returns a fresh list)."""
+    if callbacks is None or callable(callbacks):
+        return callbacks
+    given = list(callbacks)
+
+    def job_callbacks():
+        return list(given)
+
+    return job_callbacks
 
 
 def _xy(data: Any, option: str) -> tuple[Any, Any]:

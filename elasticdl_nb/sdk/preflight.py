@@ -91,6 +91,7 @@ def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) ->
             "parameter, so it cannot update embedding rows one by one on the parameter "
             "servers: use SGD, Adam, Adagrad, RMSprop or another per-parameter optimizer."
         )
+    _check_callbacks(bundle_dir, contract, spec)
     try:
         grads = runner.train_step(batch.features, batch.labels, rows=rows)
         runner.eval_step(batch.features, batch.labels, rows)
@@ -122,3 +123,21 @@ def _check_export(spec: JobSpec, tables: list) -> None:
         "(elasticdl_nb.load_embeddings reads them). Use export_format='keras' (the default), "
         "or give the tables an input_dim small enough to be exported whole."
     )
+
+
+def _check_callbacks(bundle_dir: Path, contract, spec: JobSpec) -> None:
+    """Refuse callbacks a job's master cannot call, and list them in the bundle (a job
+    without any then never loads TensorFlow in its master for them)."""
+    import json
+
+    from elasticdl_nb.runtime.master.callbacks import CALLBACKS_FILE, check_callbacks
+
+    try:
+        callbacks = list(contract.callbacks()) if contract.callbacks else []
+    except Exception as exc:
+        raise PreflightError(f"callbacks() raised {type(exc).__name__}: {exc}") from exc
+    try:
+        names = check_callbacks(callbacks, contract.optimizer(), spec.strategy)
+    except ValueError as exc:
+        raise PreflightError(str(exc)) from None
+    (bundle_dir / CALLBACKS_FILE).write_text(json.dumps(names))

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.assembly import build_master
+from elasticdl_nb.runtime.master.callbacks import CALLBACKS_FILE
 from elasticdl_nb.runtime.master.job_master import JobMaster
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.site import InstanceEvent
@@ -68,6 +70,9 @@ def built_master(
         data=["x"], workers=workers, ps=ps, minibatch_size=10, minibatches_per_task=1, **options
     )
     validation = [SourceInfo("validation", "npy", validation_records)] if validation_records else []
+    bundle = JobDir(job_dir).bundle  # a model without callbacks (as its preflight records)
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / CALLBACKS_FILE).write_text("[]")
     return build_master(
         spec,
         job_dir,

@@ -55,6 +55,13 @@ class Evaluations:
         self.final_started = False
         self.last_metrics: dict = {}
         self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
+        # Called on the evaluator thread with (round, metrics) once a round is journaled.
+        self.on_published: Callable[[int, dict], None] | None = None
+
+    @property
+    def next_round(self) -> int:
+        """The number the next round started will have."""
+        return self._counter
 
     @property
     def open(self) -> bool:
@@ -126,3 +133,5 @@ class Evaluations:
             )
             del self.rounds[round_id]
             job.wake()
+        if self.on_published is not None:
+            self.on_published(round_id, metrics)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.job_dir import JobDir
+from elasticdl_nb.runtime.master.callbacks import CallbackError, Decisions, callbacks_for
 from elasticdl_nb.runtime.master.evaluation import Evaluations, metric_states
 from elasticdl_nb.runtime.master.goodput import Goodput
 from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
@@ -105,6 +106,14 @@ class JobMaster:
         self.incarnation = 0  # how many masters of this job died before this one
         self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.evaluations = Evaluations(self, load_contract)
+        self.evaluations.on_published = self._evaluated
+        # The model's callbacks (callbacks.py), what they decided, and which epoch's end
+        # waits for which evaluation round.
+        self.callbacks = callbacks_for(JobDir(job_dir).bundle, load_contract)
+        self.learning_rate = 0.0  # set by a callback (0: the optimizer's own)
+        self.stop_reason = ""  # why a callback stopped training ("" = it did not)
+        self._round_epoch: dict[int, int] = {}
+        self._steps_seen = -1
         self.strategy = strategy_for(self)
         self.instances = InstanceManager(
             launcher_for,
@@ -160,6 +169,8 @@ class JobMaster:
                     task = self.queue.next_for(worker_id, tags={"seq": seq} if seq else None)
                 if task is not None:
                     message = task.to_message()
+                    if task.kind == TRAINING:
+                        message.learning_rate = self.learning_rate
                     if seq:
                         self.remember_task_given(worker_id, seq, message)
                     return message
@@ -192,6 +203,8 @@ class JobMaster:
             if fresh:
                 self._count_progress(fresh)
             if r.losses:
+                if self.callbacks:
+                    self.callbacks.losses([p.loss for p in r.losses])
                 first = self.progress.number_losses(len(r.losses))
                 rates = [[first + i, p.learning_rate] for i, p in enumerate(r.losses)]
                 self.journal.append(
@@ -379,8 +392,14 @@ class JobMaster:
                 return
             self.strategy.tick()
             if self.epoch < 0:
+                if self.callbacks and not self.callbacks.loaded.is_set():
+                    return  # (the first epoch starts once they are loaded)
+                self._call_back(lambda c: c.epoch_begin(0))
                 self.start_epoch(0)
                 return
+            if self.callbacks and self.phase == Phase.TRAINING and self.step != self._steps_seen:
+                self._steps_seen = self.step
+                self._call_back(lambda c: c.steps_done(self.step))
             last_epoch = self.epoch
             reconcile = self.strategy.reconcile_needed() or (
                 self.phase == Phase.TRAINING and not self.queue.training_pending()
@@ -392,9 +411,17 @@ class JobMaster:
             if self.state in MASTER_END_STATES or self.queue.training_pending():
                 return
             if self.phase == Phase.TRAINING:
+                if self.callbacks:
+                    self.callbacks.epoch_trained(self.epoch)
                 if self.spec.evaluation_steps == 0 and self.validation:
-                    self.start_evaluation(final=self.epoch == self.spec.epochs - 1)
-                if self.epoch + 1 < self.spec.epochs:
+                    # (the epoch's end is called back once this round is in: _evaluated)
+                    self._round_epoch[self.evaluations.next_round] = self.epoch
+                    last = self.epoch == self.spec.epochs - 1 or bool(self.stop_reason)
+                    self.start_evaluation(final=last)
+                else:
+                    self._call_back(lambda c: c.epoch_end(self.epoch, None))
+                if self.epoch + 1 < self.spec.epochs and not self.stop_reason:
+                    self._call_back(lambda c: c.epoch_begin(self.epoch + 1))
                     self.start_epoch(self.epoch + 1)
                     return
                 self.phases.move(Phase.EVALUATING)
@@ -412,6 +439,60 @@ class JobMaster:
                     return
                 self.phases.move(Phase.FINISHING)
         self._finish()
+
+    # ================================================================== callbacks
+
+    def _call_back(self, call: Callable) -> None:
+        """Call the callbacks (`call(callbacks)` -> Decisions) and act on what they
+        decided (under the lock); a callback that fails fails the job."""
+        if not self.callbacks:
+            return
+        try:
+            decided = call(self.callbacks)
+        except CallbackError as exc:
+            self.fail(f"callback failed: {exc}")
+            return
+        with self.lock, self.journal.transaction():
+            self._decided(decided)
+
+    def _decided(self, decided: Decisions) -> None:
+        if decided.learning_rate is not None and decided.learning_rate != self.learning_rate:
+            if self.spec.strategy == "allreduce":
+                self._fail(
+                    f"{decided.set_by} set the learning rate, which a callback can do only with "
+                    "the 'ps' strategy so far (the replicas would change it at different "
+                    "steps): use a keras.optimizers.schedules schedule, or elasticdl_nb's "
+                    "LearningRateScheduler(schedule(step)), instead."
+                )
+                return
+            self.learning_rate = decided.learning_rate
+            self.journal.append(
+                EventKind.LEARNING_RATE,
+                rate=self.learning_rate,
+                by=decided.set_by,
+                epoch=self.epoch,
+                step=self.step,
+            )
+        if decided.stop and not self.stop_reason and self.state not in MASTER_END_STATES:
+            self.stop_reason = decided.stop
+            dropped = self.queue.stop_training()
+            self.journal.append(
+                EventKind.TRAINING_STOPPED,
+                reason=decided.stop,
+                epoch=self.epoch,
+                step=self.step,
+                dropped=dropped,
+            )
+            self._wake.set()
+
+    def _evaluated(self, round_id: int, metrics: dict) -> None:
+        """An evaluation round is in (the evaluator thread): the callbacks' test end, and
+        the end of the epoch that waited for it."""
+        with self.lock:
+            epoch = self._round_epoch.pop(round_id, None)
+        self._call_back(lambda c: c.test_end(metrics))
+        if epoch is not None:
+            self._call_back(lambda c: c.epoch_end(epoch, metrics))
 
     def start_epoch(self, epoch: int) -> None:
         """Queue an epoch's training tasks (the coordinator's step, under the lock)."""
@@ -443,4 +524,7 @@ class JobMaster:
                 return
             if versions:
                 self.journal.append(EventKind.CHECKPOINT, versions=versions, final=True)
-            self._end(JobState.SUCCEEDED, "all epochs done")
+            self._call_back(lambda c: c.train_end(self.evaluations.last_metrics))
+            if self.state in MASTER_END_STATES:  # (a callback failed)
+                return
+            self._end(JobState.SUCCEEDED, self.stop_reason or "all epochs done")

@@ -68,6 +68,10 @@ def _replay(master: JobMaster, event: Event) -> None:
         master.phases.replay(data)
     elif kind == EventKind.LOSS and data["points"]:
         master.progress.loss_points = data["points"][-1][0]
+    elif kind == EventKind.LEARNING_RATE:
+        master.learning_rate = data["rate"]
+    elif kind == EventKind.TRAINING_STOPPED:
+        master.stop_reason = data["reason"]
     master.evaluations.replay(kind, data)
     master.instances.replay(kind, data)
     master.strategy.replay(kind, data)

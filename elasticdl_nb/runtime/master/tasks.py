@@ -116,6 +116,7 @@ class TaskQueue:
         self._next_id = 0
         self.record: Callable[[dict], None] | None = None  # (see the module docstring)
         self._inside = False
+        self.training_stopped = False  # (a callback ended training: nothing is redone)
 
     def replay(self, entry: dict) -> dict:
         """Make a recorded call again (`entry` as `record` got it); returns the entry's
@@ -181,7 +182,10 @@ class TaskQueue:
     def requeue_batches(
         self, epoch: int, source: int, starts: list[int], reason: str
     ) -> list[Task]:
-        """Queue the given minibatches again (front of the queue), as tasks of contiguous runs."""
+        """Queue the given minibatches again (front of the queue), as tasks of contiguous
+        runs; none once training was stopped (`stop_training`)."""
+        if self.training_stopped:
+            return []
         end_of_source = self.train[source].num_records
         tasks: list[Task] = []
         for run in _runs(sorted(starts), self.batch):
@@ -200,6 +204,15 @@ class TaskQueue:
         done.difference_update(starts)
         self.todo.extendleft(reversed(tasks))
         return tasks
+
+    @recorded
+    def stop_training(self) -> int:
+        """Training ends early (a callback stopped it): drop the training tasks not
+        handed out yet, and queue none again from now on. Returns how many were dropped."""
+        before = len(self.todo)
+        self.todo = deque(t for t in self.todo if t.kind != TRAINING)
+        self.training_stopped = True
+        return before - len(self.todo)
 
     # ------------------------------------------------------------------ handing out
 
@@ -309,7 +322,7 @@ class TaskQueue:
                 if closed:
                     missing = self.settle(epoch, source, have)
                 else:
-                    missing = sorted(self.done.get((epoch, source), set()) - have)
+                    missing = sorted(done - have) if not self.training_stopped else []
                     if missing:
                         self.requeue_batches(epoch, source, missing, reason)
                 if missing:
@@ -327,7 +340,7 @@ class TaskQueue:
         settled = expected & held
         self.done_count += len(settled - done)
         done.update(settled)
-        missing = sorted(expected - held)
+        missing = [] if self.training_stopped else sorted(expected - held)
         if missing:
             self.requeue_batches(epoch, source, missing, "not on every PS")
         return missing

@@ -32,6 +32,7 @@ class PendingVersion:
     tables: dict[str, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     # (minibatch, its batch key, its ledger range): for the checkpoint's record
     batches: list[tuple[BatchId, int, tuple[int, int] | None]] = field(default_factory=list)
+    learning_rate: float = 0.0
 
     @property
     def full(self) -> bool:
@@ -45,6 +46,7 @@ class PendingVersion:
             self.tables.setdefault(name, []).append((ids, rows))
         self.batches.append(((push.epoch, push.source), push.batch_key, push.ledger_range))
         self.count += 1
+        self.learning_rate = push.learning_rate  # (the newest a callback set)
 
     def take(self) -> Push:
         """The average of what was accepted, as one push (rows of an id pushed by several
@@ -60,4 +62,4 @@ class PendingVersion:
             sums = np.add.reduceat(rows[order], starts, axis=0) if len(ids) else rows
             tables[name] = (distinct, (sums / count).astype(rows.dtype, copy=False))
         self.count, self.dense, self.tables, self.batches = 0, {}, {}, []
-        return Push(-1, -1, -1, dense, tables)
+        return Push(-1, -1, -1, dense, tables, learning_rate=self.learning_rate)

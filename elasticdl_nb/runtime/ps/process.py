@@ -108,6 +108,7 @@ def main() -> None:
         spec.record_ledger,
         spec.minibatch_size,
         spec.grads_to_wait,
+        contract.version_schedule(),
     )
     directory = CheckpointDir(env.files.checkpoints, ps_id, spec.keep_checkpoints)
     restored_version = -1

@@ -21,3 +21,4 @@ class Push:
     ledger_range: tuple[int, int] | None = None
     # Synchronous training: the PS version the gradients were computed on.
     gradient_version: int = -1
+    learning_rate: float = 0.0  # set by the master's callbacks (0: the optimizer's own)

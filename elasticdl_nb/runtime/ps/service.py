@@ -87,6 +87,7 @@ class ParameterServerService(rpc.ParameterServerServicer):
                 },
                 (ledger.start, ledger.end) if request.HasField("ledger_range") else None,
                 request.gradient_version,
+                request.learning_rate,
             )
         wanted = {name: to_array(ids, buffers) for name, ids in request.pull_ids.items()}
         unknown = set(wanted) - set(store.tables)

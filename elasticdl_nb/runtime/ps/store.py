@@ -62,6 +62,7 @@ class ParameterStore:
         record_ledger: bool = False,
         minibatch_size: int = 64,
         grads_to_wait: int = 0,
+        rate_at: Callable[[int], float] | None = None,
     ):
         self._make_optimizer = make_optimizer
         # A minibatch usually looks up one row per example per table: the row proxies start
@@ -82,6 +83,8 @@ class ParameterStore:
         self.pending = PendingVersion(grads_to_wait) if grads_to_wait else None
         self.stale = 0  # pushes refused as computed on an older version
         self.learning_rate = 0.0
+        # ElasticDL's LearningRateScheduler: the rate of the update from version v.
+        self._rate_at = rate_at
 
     # ------------------------------------------------------------------ set-up
 
@@ -217,6 +220,8 @@ class ParameterStore:
         the version is then newer than `known_version`; returns (whether it applied one,
         the dense values read)."""
         grads, touched = self._gradient_args(update) if update is not None else (None, [])
+        if update is not None:
+            self._set_learning_rate(update)
         if grads is not None and self.rows:
             self.rows.ensure_capacity([len(ids) for ids, _ in touched])
             if self.rows.generation != self._step_generation:
@@ -232,6 +237,15 @@ class ParameterStore:
             table.write(ids, rows, new.numpy(), self.version)
             table.enforce(self.version)
         return True, values
+
+    def _set_learning_rate(self, update: Push) -> None:
+        """The rate for this update, where it is not the optimizer's own: a version
+        schedule's, or the one the master's callbacks set (carried by the push)."""
+        rate = self._rate_at(self.version) if self._rate_at else update.learning_rate
+        if rate:
+            self.optimizer.learning_rate = rate  # (assigns its variable: no retrace)
+            if self.rows:
+                self.rows.optimizer.learning_rate = rate
 
     def flush(self) -> bool:
         """Synchronous: apply what waits for the next version now, however few gradients

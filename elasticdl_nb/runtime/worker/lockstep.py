@@ -97,6 +97,7 @@ class StepRecord:
     step: int
     minibatches: list[tuple[int, int]]  # (task id, start) of every rank's minibatch
     loss: float | None
+    learning_rate: float
     tasks_done: list[tuple[pb.Task, pb.TaskTiming]] = field(default_factory=list)
 
 
@@ -275,8 +276,7 @@ class Lockstep:
         """The group's update for `step`, the same on every replica, exactly once; `mb`:
         this member's minibatch in it."""
         records = float(table[:, Row.COUNT].sum())
-        if records > 0:
-            self.replica.apply(summed / records)
+        rate = self.replica.apply(summed / records) if records > 0 else 0.0
         self.step = step
         self.held = (step, summed, table)
         present = table[table[:, Row.PRESENT] > 0]
@@ -295,7 +295,7 @@ class Lockstep:
         if self.group.members[0][0] == self.me:
             self.checkpoints.maybe_save(step, self.group.version, self.replica.state, self.applied)
         loss = float(table[:, Row.LOSS].sum() / records) if records > 0 else None
-        record = StepRecord(step, minibatches, loss)
+        record = StepRecord(step, minibatches, loss, rate)
         if mb is not None and mb.last_of_task:
             record.tasks_done.append((mb.task, self._task_timing.pop(mb.task.task_id)))
         self.unreported.append(record)
@@ -320,7 +320,7 @@ class Lockstep:
             for task_id, starts in by_task.items():
                 self.reporter.applied(task_id, starts)
             if first and record.loss is not None:
-                self.reporter.step_loss(record.loss)
+                self.reporter.step_loss(record.loss, record.learning_rate)
             for task, timing in record.tasks_done:
                 self.reporter.task_done(task.task_id, timing=timing, wait=False)
 

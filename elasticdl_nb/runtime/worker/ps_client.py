@@ -66,6 +66,7 @@ class PushPayload:
     ledger: bool
     # Synchronous training: per shard, the version the gradients were computed on.
     versions: list[int] | None = None
+    learning_rate: float = 0.0  # the task's, set by the master's callbacks (0: none)
 
 
 @dataclass
@@ -235,6 +236,7 @@ class PsClient:
             for ps, request in enumerate(requests):
                 request.epoch, request.source = push.epoch, push.source
                 request.batch_key = push.batch_start
+                request.learning_rate = push.learning_rate
                 if push.versions is not None:
                     request.gradient_version = push.versions[ps]
                 if push.ledger:

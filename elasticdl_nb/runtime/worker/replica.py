@@ -30,6 +30,7 @@ class Replica:
         self.contract = contract
         self.model = contract.build_model()
         self.optimizer = contract.optimizer()
+        self._rate_at = contract.version_schedule()  # (ElasticDL's LearningRateScheduler)
         self.built = False
         self._gradients: CompiledCall | None = None
 
@@ -103,9 +104,14 @@ class Replica:
         loss, flat = self._gradients(features, labels)
         return float(loss), flat.numpy()
 
-    def apply(self, flat_mean: np.ndarray) -> None:
-        """The optimizer's update with the group's averaged gradients."""
+    def apply(self, flat_mean: np.ndarray) -> float:
+        """The optimizer's update with the group's averaged gradients; returns the
+        learning rate it was applied with (a schedule's at this step)."""
+        if self._rate_at is not None:  # the step about to be applied: its iterations
+            self.optimizer.learning_rate = self._rate_at(int(self.optimizer.iterations))
+        rate = float(np.asarray(self.optimizer.learning_rate))
         self._apply(np.asarray(flat_mean, np.float32))
+        return rate
 
     def scale_learning_rate(self, factor: float) -> None:
         """Set the learning rate to the optimizer's own times `factor` (lr_scaling)."""

@@ -63,10 +63,11 @@ class Reporter:
         with self._lock:
             self._report(task_id).batch_starts.extend(starts)
 
-    def step_loss(self, loss: float) -> None:
-        """Allreduce: the loss of one step of the group (one member reports it)."""
+    def step_loss(self, loss: float, learning_rate: float = 0.0) -> None:
+        """Allreduce: the loss of one step of the group and the learning rate it was
+        applied with (one member reports it)."""
         with self._lock:
-            self._report(NO_TASK).losses.add(loss=loss)
+            self._report(NO_TASK).losses.add(loss=loss, learning_rate=learning_rate)
 
     def settled(self, version: int, step: int, seconds: float, cause: str) -> None:
         """Allreduce: the group's first step in a new version, `seconds` after the change."""

@@ -187,6 +187,7 @@ class Trainer:
                 grads.dense,
                 grads.tables,
                 self.spec.record_ledger,
+                learning_rate=task.learning_rate,
             )
             last = _Computed(task, payload, grads.loss, timing)
         if in_flight is not None:
@@ -245,6 +246,7 @@ class Trainer:
                     grads.tables,
                     self.spec.record_ledger,
                     versions=list(self.ps.versions),
+                    learning_rate=task.learning_rate,
                 )
                 handle = self._start(payload, {})
                 handle.result()
