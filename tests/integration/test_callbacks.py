@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from elasticdl_nb.callbacks import LearningRateScheduler, MaxStepsStopping
+from elasticdl_nb.callbacks import LearningRateScheduler, MaxStepsStopping, SavedModelExporter
 from elasticdl_nb.errors import ElasticDLError
 from tests.conftest import job_processes
 from tests.integration.models import accuracy, digits_job
@@ -59,15 +59,22 @@ def test_keras_early_stopping_and_an_epoch_schedule_act_on_the_job_from_its_mast
     assert job_processes(job_home) == []
 
 
-def test_elasticdl_callbacks_schedule_by_version_on_the_ps_and_stop_at_max_steps(job_home):
+def test_elasticdl_callbacks_schedule_by_version_on_the_ps_stop_at_max_steps_and_export(
+    job_home, tmp_path
+):
     def schedule(version):
         return 0.004 if version < 40 else 0.001
 
-    job, _, _ = digits_job(
+    exported = tmp_path / "served"
+    job, _, (xt, _) = digits_job(
         workers=2,
         epochs=10,
         minibatches_per_task=2,
-        callbacks=[MaxStepsStopping(100), LearningRateScheduler(schedule)],
+        callbacks=[
+            MaxStepsStopping(100),
+            LearningRateScheduler(schedule),
+            SavedModelExporter(str(exported)),
+        ],
     )
     final = job.wait(timeout=300)
     events = list(job.events(follow=False))
@@ -89,6 +96,13 @@ def test_elasticdl_callbacks_schedule_by_version_on_the_ps_and_stop_at_max_steps
         np.testing.assert_allclose(rates[:switch], 0.004, rtol=1e-6)
         np.testing.assert_allclose(rates[switch:], 0.001, rtol=1e-6)
     assert not [e for e in events if e.kind == "learning_rate"]  # (not set by the master)
+    # SavedModelExporter: a SavedModel where it asked, serving the exported model.
+    import tensorflow as tf
+
+    served = tf.saved_model.load(str(exported))
+    np.testing.assert_allclose(
+        served.serve(xt[:50]).numpy(), job.model().predict(xt[:50], verbose=0), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(

@@ -431,7 +431,7 @@ class JobMaster:
                 if self.queue.pending(EVALUATION) or self.evaluations.open:
                     return
                 self.phases.move(Phase.EXPORTING)
-                self.queue.add_export(self.export_path, self.saved_model_path)
+                self.queue.add_export(self.export_path, self._saved_model_path())
                 self._work.notify_all()
                 return
             if self.phase == Phase.EXPORTING:
@@ -484,6 +484,14 @@ class JobMaster:
                 dropped=dropped,
             )
             self._wake.set()
+
+    def _saved_model_path(self) -> str:
+        """Where the export writes a SavedModel: export_format's, or where ElasticDL's
+        `SavedModelExporter` callback asks ("" = none)."""
+        exporters = self.callbacks.of_type("SavedModelExporter") if self.callbacks else []
+        if exporters:
+            return exporters[-1].export_dir or str(JobDir(self.job_dir).saved_model)
+        return self.saved_model_path
 
     def _evaluated(self, round_id: int, metrics: dict) -> None:
         """An evaluation round is in (the evaluator thread): the callbacks' test end, and
