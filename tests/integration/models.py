@@ -84,7 +84,11 @@ def digits_job(**options):
     import elasticdl_nb as edl
 
     (x, y), (xt, yt) = digits_split()
-    functions = {**DIGITS, "loss": options.pop("loss", DIGITS["loss"])}
+    functions = {
+        **DIGITS,
+        "loss": options.pop("loss", DIGITS["loss"]),
+        "optimizer": options.pop("optimizer", DIGITS["optimizer"]),
+    }
     validation = (xt, yt) if options.pop("evaluate", True) else None
     options = {"minibatch_size": 32, "minibatches_per_task": 4, "record_ledger": True, **options}
     job = edl.train(custom_model, **functions, data=(x, y), validation_data=validation, **options)

@@ -189,3 +189,31 @@ def test_every_member_sigkilled_at_once_the_job_resumes_from_the_replicas_checkp
     # checkpoint as undone; the replacements' replicas identical.
     assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
     assert job_processes(job_home) == []
+
+
+def _decaying_adam():
+    import keras
+
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.004, decay_steps=20, decay_rate=0.8)
+    return keras.optimizers.Adam(schedule)
+
+
+def test_a_learning_rate_schedule_is_applied_at_the_groups_step(job_home):
+    import keras
+
+    job, _, _ = digits_job(workers=2, epochs=3, strategy="allreduce", optimizer=_decaying_adam)
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+
+    assert final["state"] == "succeeded"
+    assert final["metrics"]["accuracy"] >= 0.80
+    # One loss point per step (n = 1, 2, ...), with the rate its update was applied with:
+    # the schedule's at that step, on every replica alike.
+    rates = [point for e in events if e.kind == "loss" for point in e.data["learning_rates"]]
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.004, 20, 0.8)
+    assert [n for n, _ in rates] == list(range(1, len(rates) + 1))
+    assert len(rates) >= 3 * 1400 // (2 * BATCH)
+    for n, rate in rates:
+        assert rate == pytest.approx(float(schedule(n - 1)), rel=1e-5), n
+    ends = [r for r in read_checksums(job.dir) if r["event"] == "end"]
+    assert len({r["checksum"] for r in ends}) == 1
