@@ -184,8 +184,9 @@ class EventKind(StrEnum):
     CHECKPOINT = "checkpoint", "`versions`, `final`"
     LEARNING_RATE = (
         "learning_rate",
-        "`rate`, `by` (the callback), `epoch`, `step`: a callback set the learning rate of "
-        "every update from now on",
+        "`rate`, `set` (the how-manieth setting), `by` (the callback), `epoch`, `step`: a "
+        "callback set the learning rate of every update from now on (PS: of the pushes of "
+        "tasks handed out from now on; allreduce: from the first step a member holds it)",
     )
     TRAINING_STOPPED = (
         "training_stopped",

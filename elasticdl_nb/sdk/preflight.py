@@ -137,7 +137,7 @@ def _check_callbacks(bundle_dir: Path, contract, spec: JobSpec) -> None:
     except Exception as exc:
         raise PreflightError(f"callbacks() raised {type(exc).__name__}: {exc}") from exc
     try:
-        names = check_callbacks(callbacks, contract.optimizer(), spec.strategy)
+        names = check_callbacks(callbacks, contract.optimizer())
     except ValueError as exc:
         raise PreflightError(str(exc)) from None
     (bundle_dir / CALLBACKS_FILE).write_text(json.dumps(names))

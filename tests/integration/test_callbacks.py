@@ -105,6 +105,26 @@ def test_elasticdl_callbacks_schedule_by_version_on_the_ps_stop_at_max_steps_and
     )
 
 
+def test_a_rate_set_by_a_callback_is_applied_by_every_allreduce_replica_alike(job_home):
+    from elasticdl_nb.runtime.worker.replica_records import read_checksums
+
+    rates = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.004 / (epoch + 1))
+    job, _, _ = digits_job(workers=2, epochs=3, strategy="allreduce", callbacks=[rates])
+    final = job.wait(timeout=300)
+    events = list(job.events(follow=False))
+
+    assert final["state"] == "succeeded"
+    # Each step's rate (in step order): the epochs' rates, each from one step on, never
+    # back. (Which epoch a step is in the journal does not say: an allreduce member
+    # reports the loss of a step after the step.)
+    steps = [point for e in events if e.kind == "loss" for point in e.data["learning_rates"]]
+    assert [n for n, _ in steps] == list(range(1, len(steps) + 1))
+    runs = [rate for i, (_, rate) in enumerate(steps) if i == 0 or rate != steps[i - 1][1]]
+    assert runs == pytest.approx([0.004, 0.002, 0.004 / 3], rel=1e-6)
+    ends = [r for r in read_checksums(job.dir) if r["event"] == "end"]
+    assert len(ends) == 2 and len({r["checksum"] for r in ends}) == 1  # replicas identical
+
+
 @pytest.mark.parametrize(
     "callback, words",
     [

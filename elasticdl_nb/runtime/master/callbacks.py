@@ -245,7 +245,7 @@ _NEEDS_THE_MODEL = {
 _SET_THE_RATE = {"LearningRateScheduler", "ReduceLROnPlateau"}
 
 
-def check_callbacks(callbacks: list, optimizer, strategy: str) -> list[str]:
+def check_callbacks(callbacks: list, optimizer) -> list[str]:
     """Refuse, before launch, callbacks a job cannot call in its master; returns their
     class names. Raises ValueError with the fix."""
     import keras
@@ -278,12 +278,13 @@ def check_callbacks(callbacks: list, optimizer, strategy: str) -> list[str]:
                 f"{name} sets the learning rate, and the optimizer's learning rate is a "
                 "schedule: use one or the other."
             )
-        if sets_rate and strategy == "allreduce" and not isinstance(callback, VersionSchedule):
-            raise ValueError(
-                f"{name} sets the learning rate from the master, which works with the 'ps' "
-                "strategy only so far (allreduce replicas would change it at different "
-                "steps): use a keras.optimizers.schedules schedule or "
-                "elasticdl_nb.callbacks.LearningRateScheduler(schedule(step)) instead."
-            )
         names.append(name)
+    setters = [
+        n for n, c in zip(names, callbacks) if n in _SET_THE_RATE or isinstance(c, VersionSchedule)
+    ]
+    if len(setters) > 1 and any(isinstance(c, VersionSchedule) for c in callbacks):
+        raise ValueError(
+            f"{' and '.join(setters)} both set the learning rate, and ElasticDL's "
+            "LearningRateScheduler sets the rate of every update: keep one of them."
+        )
     return names

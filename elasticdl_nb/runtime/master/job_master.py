@@ -111,6 +111,7 @@ class JobMaster:
         # waits for which evaluation round.
         self.callbacks = callbacks_for(JobDir(job_dir).bundle, load_contract)
         self.learning_rate = 0.0  # set by a callback (0: the optimizer's own)
+        self.learning_rate_set = 0  # how many times one was set
         self.stop_reason = ""  # why a callback stopped training ("" = it did not)
         self._round_epoch: dict[int, int] = {}
         self._steps_seen = -1
@@ -171,6 +172,7 @@ class JobMaster:
                     message = task.to_message()
                     if task.kind == TRAINING:
                         message.learning_rate = self.learning_rate
+                        message.learning_rate_set = self.learning_rate_set
                     if seq:
                         self.remember_task_given(worker_id, seq, message)
                     return message
@@ -457,18 +459,12 @@ class JobMaster:
 
     def _decided(self, decided: Decisions) -> None:
         if decided.learning_rate is not None and decided.learning_rate != self.learning_rate:
-            if self.spec.strategy == "allreduce":
-                self._fail(
-                    f"{decided.set_by} set the learning rate, which a callback can do only with "
-                    "the 'ps' strategy so far (the replicas would change it at different "
-                    "steps): use a keras.optimizers.schedules schedule, or elasticdl_nb's "
-                    "LearningRateScheduler(schedule(step)), instead."
-                )
-                return
             self.learning_rate = decided.learning_rate
+            self.learning_rate_set += 1
             self.journal.append(
                 EventKind.LEARNING_RATE,
                 rate=self.learning_rate,
+                set=self.learning_rate_set,
                 by=decided.set_by,
                 epoch=self.epoch,
                 step=self.step,

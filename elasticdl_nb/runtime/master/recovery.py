@@ -69,7 +69,7 @@ def _replay(master: JobMaster, event: Event) -> None:
     elif kind == EventKind.LOSS and data["points"]:
         master.progress.loss_points = data["points"][-1][0]
     elif kind == EventKind.LEARNING_RATE:
-        master.learning_rate = data["rate"]
+        master.learning_rate, master.learning_rate_set = data["rate"], data["set"]
     elif kind == EventKind.TRAINING_STOPPED:
         master.stop_reason = data["reason"]
     master.evaluations.replay(kind, data)

@@ -64,7 +64,10 @@ class Row:
 
     PRESENT, EPOCH, SOURCE, START_HI, START_LO, TASK_HI, TASK_LO = range(7)
     COUNT, LOSS, VERSION, FINISHED, SLOW = range(7, 12)
-    WIDTH = 12
+    # The learning rate the master's callbacks set, and which setting it is: a step
+    # applies the newest any member holds, so every replica applies the same.
+    RATE, RATE_SET = range(12, 14)
+    WIDTH = 14
 
 
 def _split16(value: int) -> tuple[int, int]:
@@ -118,6 +121,7 @@ class Lockstep:
         self.unreported: deque[StepRecord] = deque()
         self.step_seconds: deque[float] = deque(maxlen=50)
         self._latest = 0  # the newest group version the master has
+        self._rate, self._rate_set = 0.0, 0  # the newest rate set by callbacks (tasks carry it)
         self._slow_next = True  # the first step of a ring waits long (tracing, joiners)
         self._minibatches: Iterator[Minibatch] | None = None
         self._pending: Minibatch | None = None  # taken for a step that has not completed
@@ -213,6 +217,8 @@ class Lockstep:
                 if task.type != pb.TRAINING:
                     self._special = task
                     return None
+                if task.learning_rate_set > self._rate_set:
+                    self._rate, self._rate_set = task.learning_rate, task.learning_rate_set
                 self._minibatches = self._training(task)
             mb = next(self._minibatches, None)
             if mb is not None:
@@ -250,6 +256,7 @@ class Lockstep:
         row[Row.VERSION] = self._latest
         row[Row.FINISHED] = float(self.feed.finished.is_set() and mb is None)
         row[Row.SLOW] = float(self._special is not None)
+        row[Row.RATE], row[Row.RATE_SET] = self._rate, self._rate_set
         timeout = self._deadline()
         summed, table = self.ring.allreduce([grads, table], step, timeout)
         t2 = time.perf_counter()
@@ -276,7 +283,11 @@ class Lockstep:
         """The group's update for `step`, the same on every replica, exactly once; `mb`:
         this member's minibatch in it."""
         records = float(table[:, Row.COUNT].sum())
-        rate = self.replica.apply(summed / records) if records > 0 else 0.0
+        newest = table[int(table[:, Row.RATE_SET].argmax())]
+        if newest[Row.RATE_SET] > self._rate_set:  # (a member got a newer setting first)
+            self._rate, self._rate_set = float(newest[Row.RATE]), int(newest[Row.RATE_SET])
+        given = float(newest[Row.RATE]) if newest[Row.RATE_SET] > 0 else None
+        rate = self.replica.apply(summed / records, given) if records > 0 else 0.0
         self.step = step
         self.held = (step, summed, table)
         present = table[table[:, Row.PRESENT] > 0]

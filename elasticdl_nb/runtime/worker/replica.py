@@ -104,9 +104,12 @@ class Replica:
         loss, flat = self._gradients(features, labels)
         return float(loss), flat.numpy()
 
-    def apply(self, flat_mean: np.ndarray) -> float:
-        """The optimizer's update with the group's averaged gradients; returns the
-        learning rate it was applied with (a schedule's at this step)."""
+    def apply(self, flat_mean: np.ndarray, rate: float | None = None) -> float:
+        """The optimizer's update with the group's averaged gradients, at `rate` if the
+        master's callbacks set one; returns the learning rate it was applied with (a
+        schedule's at this step)."""
+        if rate:
+            self.optimizer.learning_rate = rate
         if self._rate_at is not None:  # the step about to be applied: its iterations
             self.optimizer.learning_rate = self._rate_at(int(self.optimizer.iterations))
         rate = float(np.asarray(self.optimizer.learning_rate))
