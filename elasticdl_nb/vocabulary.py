@@ -143,7 +143,11 @@ class EventKind(StrEnum):
     )
     PHASE = "phase", "`phase` (training, evaluating, exporting, finishing), `previous`"
     EPOCH = "epoch", "`epoch`, `tasks`"
-    EVALUATION_STARTED = "evaluation_started", "`round`, `step`, `tasks`"
+    EVALUATION_STARTED = (
+        "evaluation_started",
+        "`round`, `step`, `tasks`, `final`; `epoch`: the epoch whose end it judges (the "
+        "callbacks' `on_epoch_end` waits for it)",
+    )
     EVALUATION = "evaluation", "`round`, `step`, `metrics` (name → value), `final`"
     INSTANCE = (
         "instance",
@@ -187,6 +191,12 @@ class EventKind(StrEnum):
         "`rate`, `set` (the how-manieth setting), `by` (the callback), `epoch`, `step`: a "
         "callback set the learning rate of every update from now on (PS: of the pushes of "
         "tasks handed out from now on; allreduce: from the first step a member holds it)",
+    )
+    CALLBACK = (
+        "callback",
+        "`hook` (e.g. `on_epoch_end`), `args`, `logs`: the master called the model's "
+        "callbacks (all but `on_train_batch_end`); a master that takes the job over calls "
+        "them again to rebuild their state",
     )
     TRAINING_STOPPED = (
         "training_stopped",

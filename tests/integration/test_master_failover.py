@@ -78,10 +78,22 @@ def _check_the_journal(job, follower: threading.Thread, seen: list[int]) -> list
 def test_the_master_killed_three_times_the_job_goes_on_and_applies_every_record_once(
     job_home, strategy
 ):
+    import keras
+
     rng = fault_rng(f"master-kill-{strategy}")
     epochs = 12
+    # Callbacks called by four masters in turn: each call made once, their decisions kept.
+    callbacks = [
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=100),
+        keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.002 * 0.9**epoch),
+    ]
     job, (x, _), (xt, yt) = digits_job(
-        workers=2, epochs=epochs, strategy=strategy, loss=paced_loss, checkpoint_steps=40
+        workers=2,
+        epochs=epochs,
+        strategy=strategy,
+        loss=paced_loss,
+        checkpoint_steps=40,
+        callbacks=callbacks,
     )
     seen: list[int] = []
     follower = follow_events(job, seen)
@@ -100,6 +112,15 @@ def test_the_master_killed_three_times_the_job_goes_on_and_applies_every_record_
     ]
     assert ended_early == [], "a worker or PS ended with a master"
     assert not [e for e in events if e.kind == "relaunch"]
+    calls = [(e.data["hook"], e.data["args"]) for e in events if e.kind == "callback"]
+    ends = [args[0] for hook, args in calls if hook == "on_epoch_end"]
+    assert ends == list(range(epochs))
+    assert [args[0] for hook, args in calls if hook == "on_epoch_begin"] == list(range(epochs))
+    assert [hook for hook, _ in calls].count("on_train_begin") == 1
+    assert calls[-1][0] == "on_train_end"
+    rates = [e.data for e in events if e.kind == "learning_rate"]
+    assert [r["set"] for r in rates] == list(range(1, epochs + 1))
+    assert [r["rate"] for r in rates] == pytest.approx([0.002 * 0.9**e for e in range(epochs)])
     assert final["metrics"]["accuracy"] >= 0.90
     assert accuracy(job.model(), xt, yt) >= 0.90
     if strategy == "ps":

@@ -19,6 +19,12 @@ Calls are made on the calling thread (the coordinator or the evaluator, never an
 thread), one at a time; the master applies what they decided (`Decisions`) under its
 lock. Loading the callbacks imports TensorFlow: it starts on a thread of its own when
 the master starts, and the first epoch waits for it.
+
+Every call but `on_train_batch_end` (made as tasks end: too many, and ElasticDL's
+`MaxStepsStopping` keeps no state) is journaled (`callback` events). A master that takes
+a job over calls them again, in order, on its freshly loaded callbacks, so that their
+state (an `EarlyStopping`'s best value and patience) is what it was; what they decided
+then is not decided again (the journal kept it).
 """
 
 from __future__ import annotations
@@ -109,10 +115,14 @@ def _missing(what: str) -> str:
 class JobCallbacks:
     """The job's callbacks and the master's calls to them."""
 
-    def __init__(self, load: Callable[[], tuple[list, float]]):
+    def __init__(
+        self,
+        load: Callable[[], tuple[list, float]],
+        record: Callable[[str, list, dict], None] | None = None,
+    ):
         """`load()` returns (the callbacks, the optimizer's initial learning rate, or 0
-        when it is a schedule)."""
-        self._load = load
+        when it is a schedule); `record(hook, args, logs)` journals a call."""
+        self._load, self._record = load, record
         self._lock = threading.Lock()
         self.callbacks: list = []
         self.model: JobModel | None = None
@@ -121,6 +131,16 @@ class JobCallbacks:
         self._began = False
         self._loss_sum, self._loss_count = 0.0, 0
         self._epoch_loss: dict[int, float] = {}  # an epoch's mean, until its end is called
+        self._replay: list[tuple[str, list, dict]] = []  # calls an earlier master made
+        self._decided_before: tuple[bool, float] = (False, 0.0)
+
+    def replay(self, calls: list[tuple[str, list, dict]], stopped: bool, rate: float) -> None:
+        """Before `start`: the calls an earlier master of the job made (its `callback`
+        events), and what the callbacks had decided (training stopped, the rate set)."""
+        self._replay, self._decided_before = list(calls), (stopped, rate)
+
+    def start(self) -> None:
+        """Load the callbacks (on a thread of their own)."""
         threading.Thread(target=self._load_now, daemon=True, name="callbacks").start()
 
     def _load_now(self) -> None:
@@ -130,10 +150,26 @@ class JobCallbacks:
             for callback in callbacks:
                 callback.set_model(self.model)
             self.callbacks = list(callbacks)
+            self._call_again()
         except Exception as exc:  # (the master fails the job with it at the first call)
             log.exception("loading the callbacks")
             self.error = exc
         self.loaded.set()
+
+    def _call_again(self) -> None:
+        """Rebuild the callbacks' state from an earlier master's calls."""
+        if not self._replay:
+            return
+        for hook, args, logs in self._replay:
+            for callback in self.callbacks:
+                getattr(callback, hook)(*args, logs=dict(logs))
+        self._began = True
+        stopped, rate = self._decided_before
+        self.model.stop_training = stopped
+        if rate:
+            self.model.learning_rate = rate
+        self.model.rate_changed = False
+        log.info("callbacks: %d calls of the master before called again", len(self._replay))
 
     @property
     def active(self) -> bool:
@@ -185,10 +221,13 @@ class JobCallbacks:
         decided = Decisions()
         with self._lock:
             model = self.model
-            if not self._began:  # (also for the callbacks of a master that took over)
+            if not self._began:
                 self._began = True
+                self._journal("on_train_begin", [], {})
                 for callback in self.callbacks:
                     callback.on_train_begin(logs={})
+            if hook != "on_train_batch_end":
+                self._journal(hook, list(args), logs)
             for callback in self.callbacks:
                 name = type(callback).__name__
                 was_stopping = model.stop_training
@@ -205,13 +244,22 @@ class JobCallbacks:
                     decided.learning_rate, decided.set_by = model.learning_rate, name
         return decided
 
+    def _journal(self, hook: str, args: list, logs: dict) -> None:
+        if self._record is not None and self.callbacks:
+            self._record(hook, args, logs)
+
 
 CALLBACKS_FILE = "callbacks.json"  # in the bundle: the callbacks' names, by the preflight
 
 
-def callbacks_for(bundle: Path, load_contract: Callable[[], object]) -> JobCallbacks | None:
-    """The job's callbacks, or None when it has none. The one-minibatch check wrote their
-    names into the bundle; without that file (no check), loading them says."""
+def callbacks_for(
+    bundle: Path,
+    load_contract: Callable[[], object],
+    record: Callable[[str, list, dict], None] | None = None,
+) -> JobCallbacks | None:
+    """The job's callbacks (not loaded yet: `start`), or None when it has none. The
+    one-minibatch check wrote their names into the bundle; without that file (no check),
+    loading them says."""
     listed = Path(bundle) / CALLBACKS_FILE
     if listed.exists() and not json.loads(listed.read_text()):
         return None
@@ -221,7 +269,7 @@ def callbacks_for(bundle: Path, load_contract: Callable[[], object]) -> JobCallb
         callbacks = list(contract.callbacks()) if contract.callbacks else []
         return callbacks, initial_learning_rate(contract.optimizer())
 
-    return JobCallbacks(load)
+    return JobCallbacks(load, record)
 
 
 def initial_learning_rate(optimizer) -> float:

@@ -25,8 +25,9 @@ log = logging.getLogger("elasticdl_nb.master")
 class EvalRound:
     """One evaluation of the model as it was at `step`: its metric states, summed."""
 
-    def __init__(self, step: int, tasks: int, final: bool):
+    def __init__(self, step: int, tasks: int, final: bool, epoch: int | None = None):
         self.step, self.tasks_left, self.final = step, tasks, final
+        self.epoch = epoch  # the epoch whose end waits for this round (callbacks), if any
         self.states: dict[str, list[np.ndarray]] = {}
         self.publishing = False
 
@@ -55,32 +56,37 @@ class Evaluations:
         self.final_started = False
         self.last_metrics: dict = {}
         self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="evaluator")
-        # Called on the evaluator thread with (round, metrics) once a round is journaled.
-        self.on_published: Callable[[int, dict], None] | None = None
-
-    @property
-    def next_round(self) -> int:
-        """The number the next round started will have."""
-        return self._counter
+        # Called on the evaluator thread with (metrics, the epoch whose end waited for
+        # the round or None), under the lock, in the transaction that journals them.
+        self.on_published: Callable[[dict, int | None], None] | None = None
 
     @property
     def open(self) -> bool:
         """Whether a round has not been published yet."""
         return bool(self.rounds)
 
-    def start(self, step: int, final: bool) -> None:
-        """Queue a round's tasks at the front of the queue (under the lock)."""
+    def start(self, step: int, final: bool, epoch: int | None = None) -> None:
+        """Queue a round's tasks at the front of the queue (under the lock); `epoch`: the
+        epoch whose end it judges."""
         round_id = self._counter
         tasks = self._job.queue.add_evaluation(round_id)
+        at_end = {} if epoch is None else {"epoch": epoch}
         self._job.journal.append(
-            EventKind.EVALUATION_STARTED, round=round_id, step=step, tasks=tasks, final=final
+            EventKind.EVALUATION_STARTED,
+            round=round_id,
+            step=step,
+            tasks=tasks,
+            final=final,
+            **at_end,
         )
-        self._started(round_id, step, tasks, final)
+        self._started(round_id, step, tasks, final, epoch)
 
-    def _started(self, round_id: int, step: int, tasks: int, final: bool) -> None:
+    def _started(
+        self, round_id: int, step: int, tasks: int, final: bool, epoch: int | None = None
+    ) -> None:
         self._counter = round_id + 1
         self.final_started |= final
-        self.rounds[round_id] = EvalRound(step, tasks, final)
+        self.rounds[round_id] = EvalRound(step, tasks, final, epoch)
 
     def add(self, round_id: int, worker: int, states: dict[str, list[np.ndarray]]) -> None:
         """An evaluation task's metric states (under the lock), journaled."""
@@ -97,7 +103,13 @@ class Evaluations:
     def replay(self, kind: str, data: dict) -> None:
         """What an earlier master of this job journaled about evaluation (`recovery.py`)."""
         if kind == EventKind.EVALUATION_STARTED:
-            self._started(data["round"], data["step"], data["tasks"], data.get("final", False))
+            self._started(
+                data["round"],
+                data["step"],
+                data["tasks"],
+                data.get("final", False),
+                data.get("epoch"),
+            )
         elif kind == EventKind.EVALUATION_TASK and data["round"] in self.rounds:
             self.rounds[data["round"]].add(data["states"])
         elif kind == EventKind.EVALUATION:
@@ -122,7 +134,7 @@ class Evaluations:
             log.exception("evaluation round %d", round_id)
             job.fail(f"evaluation metrics could not be computed: {exc!r}")
             return
-        with job.lock:
+        with job.lock, job.journal.transaction():
             self.last_metrics = {"step": eval_round.step, **metrics}
             job.journal.append(
                 EventKind.EVALUATION,
@@ -132,6 +144,6 @@ class Evaluations:
                 final=eval_round.final,
             )
             del self.rounds[round_id]
+            if self.on_published is not None:
+                self.on_published(metrics, eval_round.epoch)
             job.wake()
-        if self.on_published is not None:
-            self.on_published(round_id, metrics)

@@ -107,13 +107,17 @@ class JobMaster:
         self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.evaluations = Evaluations(self, load_contract)
         self.evaluations.on_published = self._evaluated
-        # The model's callbacks (callbacks.py), what they decided, and which epoch's end
-        # waits for which evaluation round.
-        self.callbacks = callbacks_for(JobDir(job_dir).bundle, load_contract)
+        # The model's callbacks (callbacks.py) and what they decided.
+        self.callbacks = callbacks_for(
+            JobDir(job_dir).bundle,
+            load_contract,
+            lambda hook, args, logs: journal.append(
+                EventKind.CALLBACK, hook=hook, args=args, logs=logs
+            ),
+        )
         self.learning_rate = 0.0  # set by a callback (0: the optimizer's own)
         self.learning_rate_set = 0  # how many times one was set
         self.stop_reason = ""  # why a callback stopped training ("" = it did not)
-        self._round_epoch: dict[int, int] = {}
         self._steps_seen = -1
         self.strategy = strategy_for(self)
         self.instances = InstanceManager(
@@ -370,6 +374,8 @@ class JobMaster:
     def run(self) -> None:
         """Drive the job until it ends; runs on its own thread. (A master that took the
         job over from one that died goes on where that one was: `recovery.py`.)"""
+        if self.callbacks:
+            self.callbacks.start()
         with self.lock:
             if not self.incarnation:
                 self.journal.append(
@@ -399,7 +405,12 @@ class JobMaster:
                 self._call_back(lambda c: c.epoch_begin(0))
                 self.start_epoch(0)
                 return
-            if self.callbacks and self.phase == Phase.TRAINING and self.step != self._steps_seen:
+            if (
+                self.callbacks
+                and self.callbacks.loaded.is_set()  # (a new master: not held up by loading)
+                and self.phase == Phase.TRAINING
+                and self.step != self._steps_seen
+            ):
                 self._steps_seen = self.step
                 self._call_back(lambda c: c.steps_done(self.step))
             last_epoch = self.epoch
@@ -417,9 +428,8 @@ class JobMaster:
                     self.callbacks.epoch_trained(self.epoch)
                 if self.spec.evaluation_steps == 0 and self.validation:
                     # (the epoch's end is called back once this round is in: _evaluated)
-                    self._round_epoch[self.evaluations.next_round] = self.epoch
                     last = self.epoch == self.spec.epochs - 1 or bool(self.stop_reason)
-                    self.start_evaluation(final=last)
+                    self.start_evaluation(final=last, epoch=self.epoch)
                 else:
                     self._call_back(lambda c: c.epoch_end(self.epoch, None))
                 if self.epoch + 1 < self.spec.epochs and not self.stop_reason:
@@ -446,15 +456,16 @@ class JobMaster:
 
     def _call_back(self, call: Callable) -> None:
         """Call the callbacks (`call(callbacks)` -> Decisions) and act on what they
-        decided (under the lock); a callback that fails fails the job."""
+        decided; a callback that fails fails the job. Under the lock, in one journal
+        transaction: the calls are journaled, and from every thread in one order."""
         if not self.callbacks:
             return
-        try:
-            decided = call(self.callbacks)
-        except CallbackError as exc:
-            self.fail(f"callback failed: {exc}")
-            return
         with self.lock, self.journal.transaction():
+            try:
+                decided = call(self.callbacks)
+            except CallbackError as exc:
+                self._fail(f"callback failed: {exc}")
+                return
             self._decided(decided)
 
     def _decided(self, decided: Decisions) -> None:
@@ -489,11 +500,9 @@ class JobMaster:
             return exporters[-1].export_dir or str(JobDir(self.job_dir).saved_model)
         return self.saved_model_path
 
-    def _evaluated(self, round_id: int, metrics: dict) -> None:
-        """An evaluation round is in (the evaluator thread): the callbacks' test end, and
-        the end of the epoch that waited for it."""
-        with self.lock:
-            epoch = self._round_epoch.pop(round_id, None)
+    def _evaluated(self, metrics: dict, epoch: int | None) -> None:
+        """An evaluation round is in (the evaluator thread, under the lock, with the
+        round's event): the callbacks' test end, and the end of the epoch that waited."""
         self._call_back(lambda c: c.test_end(metrics))
         if epoch is not None:
             self._call_back(lambda c: c.epoch_end(epoch, metrics))
@@ -505,9 +514,10 @@ class JobMaster:
         self._work.notify_all()
         self.journal.append(EventKind.EPOCH, epoch=epoch, tasks=tasks)
 
-    def start_evaluation(self, final: bool) -> None:
-        """Queue an evaluation round of the model as it is now (under the lock)."""
-        self.evaluations.start(self.step, final)
+    def start_evaluation(self, final: bool, epoch: int | None = None) -> None:
+        """Queue an evaluation round of the model as it is now (under the lock); `epoch`:
+        the epoch whose end it judges (its callbacks wait for it)."""
+        self.evaluations.start(self.step, final, epoch)
         self._work.notify_all()
 
     def _finish(self) -> None:
@@ -526,9 +536,10 @@ class JobMaster:
             if self.queue.training_pending():  # a PS lost work at the very end: redo it
                 self.phases.move(Phase.TRAINING)
                 return
-            if versions:
-                self.journal.append(EventKind.CHECKPOINT, versions=versions, final=True)
-            self._call_back(lambda c: c.train_end(self.evaluations.last_metrics))
-            if self.state in MASTER_END_STATES:  # (a callback failed)
-                return
-            self._end(JobState.SUCCEEDED, self.stop_reason or "all epochs done")
+            with self.journal.transaction():  # (the end and the callbacks' end: together)
+                if versions:
+                    self.journal.append(EventKind.CHECKPOINT, versions=versions, final=True)
+                self._call_back(lambda c: c.train_end(self.evaluations.last_metrics))
+                if self.state in MASTER_END_STATES:  # (a callback failed)
+                    return
+                self._end(JobState.SUCCEEDED, self.stop_reason or "all epochs done")

@@ -37,6 +37,13 @@ def rebuild(master: JobMaster, events: list[Event]) -> None:
         for event in events:
             _replay(master, event)
         master.incarnation = 1 + sum(e.kind == EventKind.MASTER_RESTARTED for e in events)
+        if master.callbacks:
+            calls = [
+                (e.data["hook"], e.data["args"], e.data["logs"])
+                for e in events
+                if e.kind == EventKind.CALLBACK
+            ]
+            master.callbacks.replay(calls, bool(master.stop_reason), master.learning_rate)
     master.rebuilt = {
         "incarnation": master.incarnation,
         "pid": os.getpid(),
