@@ -4,8 +4,8 @@ The cell runs first, in the notebook's own namespace, exactly as without the mag
 definitions stay usable here. The model is then looked up in that namespace: a Keras
 model the cell assigns (or the one `--model NAME` names), or a `custom_model()` function;
 `loss`, `optimizer`, `feed`, `eval_metrics_fn` and `callbacks` are taken from the
-namespace when they are functions there (a compiled model brings its own loss and
-optimizer). `--data` and `--validation-data` take file paths, or the names of notebook
+namespace when they are functions there, `callbacks` also as a list of callbacks (a
+compiled model brings its own loss and optimizer). `--data` and `--validation-data` take file paths, or the names of notebook
 variables holding arrays (`--data x_train y_train`). `edl.train` then captures, checks on
 one minibatch, and only then launches.
 """
@@ -73,8 +73,8 @@ def model_entries(namespace: Mapping[str, Any], cell: str, model_name: str | Non
     entries = {"custom_model": model}
     for name in CONTRACT:
         value = namespace.get(name)
-        if callable(value):
-            entries[name] = value
+        if callable(value) or (name == "callbacks" and isinstance(value, list | tuple)):
+            entries[name] = value  # (`callbacks = [EarlyStopping(...)]` as for fit)
     if "feed" in entries:
         entries.pop("dataset_fn", None)
     return entries

@@ -9,6 +9,7 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from tests.conftest import job_processes
@@ -106,17 +107,29 @@ def _interrupt_once_training(job_home) -> threading.Thread:
 
 @pytest.mark.slow
 def test_the_allreduce_strategy_from_the_magic(shell, job_home):
+    # A cell's list of callbacks is the job's, as for fit; the export is a SavedModel too.
+    cell = COMPILED_MODEL + (
+        "    callbacks = [keras.callbacks.LearningRateScheduler(lambda e, lr: 0.004 / (e + 1))]\n"
+    )
     train(
         shell,
         "--strategy allreduce --workers 3 --epochs 6 --minibatch-size 32 --data x_train "
-        "y_train --validation-data x_test y_test -o ring --wait",
-        COMPILED_MODEL,
+        "y_train --validation-data x_test y_test --export-format both -o ring --wait",
+        cell,
     )
-    status = shell.user_ns["ring"].status()
+    job = shell.user_ns["ring"]
+    status = job.status()
     assert status["state"] == "succeeded", status
     assert status["metrics"]["accuracy"] >= 0.90
     assert status["strategy"] == "allreduce" and status["group"]["members"] == [0, 1, 2]
     assert [i["role"] for i in status["instances"]] == ["worker"] * 3
+    rates = [e.data["rate"] for e in job.events(follow=False) if e.kind == "learning_rate"]
+    assert rates == pytest.approx([0.004 / (e + 1) for e in range(6)])
+    (_, _), (x_test, _) = digits_split()
+    served = job.saved_model()
+    np.testing.assert_allclose(
+        served.serve(x_test[:40]).numpy(), job.model().predict(x_test[:40], verbose=0), atol=1e-5
+    )
 
 
 @pytest.mark.slow
