@@ -5,9 +5,9 @@ definitions stay usable here. The model is then looked up in that namespace: a K
 model the cell assigns (or the one `--model NAME` names), or a `custom_model()` function;
 `loss`, `optimizer`, `feed`, `eval_metrics_fn` and `callbacks` are taken from the
 namespace when they are functions there, `callbacks` also as a list of callbacks (a
-compiled model brings its own loss and optimizer). `--data` and `--validation-data` take file paths, or the names of notebook
-variables holding arrays (`--data x_train y_train`). `edl.train` then captures, checks on
-one minibatch, and only then launches.
+compiled model brings its own loss and optimizer). `--data` and `--validation-data` take
+file paths, or the names of notebook variables holding arrays (`--data x_train y_train`).
+`edl.train` then captures, checks on one minibatch, and only then launches.
 """
 
 from __future__ import annotations

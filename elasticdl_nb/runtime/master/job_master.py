@@ -431,7 +431,8 @@ class JobMaster:
                     last = self.epoch == self.spec.epochs - 1 or bool(self.stop_reason)
                     self.start_evaluation(final=last, epoch=self.epoch)
                 else:
-                    self._call_back(lambda c: c.epoch_end(self.epoch, None))
+                    # (evaluating every N steps: the newest round's metrics)
+                    self._call_back(lambda c: c.epoch_end(self.epoch, self._newest_metrics()))
                 if self.epoch + 1 < self.spec.epochs and not self.stop_reason:
                     self._call_back(lambda c: c.epoch_begin(self.epoch + 1))
                     self.start_epoch(self.epoch + 1)
@@ -492,6 +493,10 @@ class JobMaster:
             )
             self._wake.set()
 
+    def _newest_metrics(self) -> dict:
+        """The newest evaluation's metrics, by name (none before the first)."""
+        return {k: v for k, v in self.evaluations.last_metrics.items() if k != "step"}
+
     def _saved_model_path(self) -> str:
         """Where the export writes a SavedModel: export_format's, or where ElasticDL's
         `SavedModelExporter` callback asks ("" = none)."""
@@ -539,7 +544,7 @@ class JobMaster:
             with self.journal.transaction():  # (the end and the callbacks' end: together)
                 if versions:
                     self.journal.append(EventKind.CHECKPOINT, versions=versions, final=True)
-                self._call_back(lambda c: c.train_end(self.evaluations.last_metrics))
+                self._call_back(lambda c: c.train_end(self._newest_metrics()))
                 if self.state in MASTER_END_STATES:  # (a callback failed)
                     return
                 self._end(JobState.SUCCEEDED, self.stop_reason or "all epochs done")
