@@ -17,12 +17,18 @@ import importlib
 import json
 import platform
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 
 from elasticdl_nb.model.contract import ContractError, ModelContract, install_elasticdl_compat
 
 FORMAT = 1
+
+# Loading puts the bundle's source on sys.path and its module in sys.modules (a captured
+# one is taken out first): two threads loading at once would pull them from under each
+# other (seen: KeyError from importlib in a master's evaluator and callbacks threads).
+_LOADING = threading.Lock()
 
 
 class BundleError(ContractError):
@@ -65,6 +71,11 @@ def load_bundle(path: Path) -> ModelContract:
                 f"{key} on both sides: align the versions, or define the model in a "
                 "model-zoo file (model_zoo=, model_def=), which travels as source."
             )
+    with _LOADING:
+        return _load_module(path, manifest)
+
+
+def _load_module(path: Path, manifest: dict) -> ModelContract:
     install_elasticdl_compat()
     source = str(path / "source")
     module_name, fn_name = manifest["model_def"].rsplit(".", 1)

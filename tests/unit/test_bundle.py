@@ -104,3 +104,28 @@ def test_a_module_file_edited_after_import_does_not_ship_the_wrong_source(tmp_pa
     path.write_text("# a\n# b\n# c\n" + path.read_text())
     linecache.checkcache(str(path))
     assert sources_of({"loss": module.loss})["functions"] == {}
+
+
+def test_threads_loading_a_captured_bundle_at_once_each_get_its_contract(tmp_path):
+    # A master's evaluator and its callbacks' loader may load at the same moment: each
+    # load takes the captured module out of sys.modules first (seen in CI: KeyError).
+    import threading
+
+    write_bundle(tmp_path / "bundle", functions=_notebook_functions())
+
+    def load(start, got, errors):
+        start.wait()
+        try:
+            got.append(load_bundle(tmp_path / "bundle"))
+        except Exception as exc:  # noqa: BLE001  (what the test looks for)
+            errors.append(exc)
+
+    for _ in range(5):
+        start, got, errors = threading.Barrier(6), [], []
+        threads = [threading.Thread(target=load, args=(start, got, errors)) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == [] and len(got) == 6
+        assert all(c.optimizer().__class__.__name__ == "SGD" for c in got)

@@ -15,7 +15,7 @@ One lock, `JobMaster.lock`, is shared by all of them (see `JobMaster`).
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,10 +73,18 @@ def build_master(
 
 
 def _bundle_loader(job_dir: Path) -> Callable[[], object]:
-    @functools.cache
+    """The job's contract, loaded once by whichever thread asks first (the evaluator
+    and the callbacks' loader may ask at the same moment: a master that took a job over
+    publishes a round while it loads the callbacks); the others wait for it."""
+    loading = threading.Lock()
+    loaded: list = []
+
     def load():
         from elasticdl_nb.model import load_bundle  # (imports TensorFlow: only if needed)
 
-        return load_bundle(JobDir(job_dir).bundle)
+        with loading:
+            if not loaded:
+                loaded.append(load_bundle(JobDir(job_dir).bundle))
+            return loaded[0]
 
     return load
