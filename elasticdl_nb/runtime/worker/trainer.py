@@ -179,17 +179,7 @@ class Trainer:
             timing.minibatches += 1
             if target:
                 target[1] = grads.next_ids
-            payload = PushPayload(
-                task.epoch,
-                r.source,
-                batch.start,
-                batch.end,
-                grads.dense,
-                grads.tables,
-                self.spec.record_ledger,
-                learning_rate=task.learning_rate,
-            )
-            last = _Computed(task, payload, grads.loss, timing)
+            last = _Computed(task, self._payload(task, batch, grads), grads.loss, timing)
         if in_flight is not None:
             reply(in_flight[0])
             if in_flight[1]:
@@ -237,17 +227,7 @@ class Trainer:
                 t1 = time.perf_counter()
                 grads = self.runner.train_step(batch.features, batch.labels, dense, rows)
                 t2 = time.perf_counter()
-                payload = PushPayload(
-                    task.epoch,
-                    r.source,
-                    batch.start,
-                    batch.end,
-                    grads.dense,
-                    grads.tables,
-                    self.spec.record_ledger,
-                    versions=list(self.ps.versions),
-                    learning_rate=task.learning_rate,
-                )
+                payload = self._payload(task, batch, grads, list(self.ps.versions))
                 handle = self._start(payload, {})
                 handle.result()
                 timing.wait_seconds += (t1 - t0) + (time.perf_counter() - t2)
@@ -262,6 +242,21 @@ class Trainer:
             self._batch_pushed(task, payload, grads.loss, handle)
         timing.task_seconds = time.perf_counter() - t_task
         self.reporter.task_done(task.task_id, timing=timing, wait=False)
+
+    def _payload(self, task: pb.Task, batch, grads, versions: list[int] | None = None):
+        """What a minibatch's push carries (`versions`: those its gradients were computed
+        on, for a synchronous PS)."""
+        return PushPayload(
+            task.epoch,
+            task.range.source,
+            batch.start,
+            batch.end,
+            grads.dense,
+            grads.tables,
+            self.spec.record_ledger,
+            versions=versions,
+            learning_rate=task.learning_rate,
+        )
 
     def _applied(self, computed: _Computed, handle, wait: bool = False) -> None:
         """A push went through (`handle`, its exchange): report its minibatch, and its
