@@ -90,3 +90,24 @@ def test_a_learning_rate_schedule_is_evaluated_at_the_ps_version():
     rates = [_push(store, key, 1.0).learning_rate for key in range(4)]
     np.testing.assert_allclose(rates, [float(schedule(step)) for step in range(4)])
     np.testing.assert_allclose(store.read_dense()["w"], W0 - sum(rates), rtol=1e-6)
+
+
+def test_a_version_schedule_sets_the_rate_of_table_rows_too_through_rebuilds_of_their_proxies():
+    # ElasticDL's LearningRateScheduler: schedule(version); the rows' optimizer is rebuilt
+    # when a push touches more rows than it was built for.
+    store = ParameterStore(
+        lambda: keras.optimizers.SGD(0.5),
+        0,
+        1,
+        grads_to_wait=0,
+        minibatch_size=2,
+        rate_at=lambda version: 0.1 * (version + 1),
+    )
+    table = TableDef("emb", 2, input_dim=1000, initializer=Initializer("constant", value=0.0))
+    store.init([VariableSpec("w", W0.copy())], [table])
+    for key, rows in enumerate([2, 8, 64, 300]):  # growing: the proxies are rebuilt
+        ids = np.arange(rows)
+        push = Push(0, 0, key, {}, {"emb": (ids, np.ones((rows, 2), np.float32))})
+        assert store.exchange(push, 1 << 62, {}).learning_rate == pytest.approx(0.1 * (key + 1))
+    # Row 0 was in every push: minus the sum of the rates 0.1, 0.2, 0.3, 0.4.
+    np.testing.assert_allclose(store.read_rows("emb", np.array([0, 100]))[:, 0], [-1.0, -0.4])

@@ -220,13 +220,13 @@ class ParameterStore:
         the version is then newer than `known_version`; returns (whether it applied one,
         the dense values read)."""
         grads, touched = self._gradient_args(update) if update is not None else (None, [])
-        if update is not None:
-            self._set_learning_rate(update)
         if grads is not None and self.rows:
             self.rows.ensure_capacity([len(ids) for ids, _ in touched])
             if self.rows.generation != self._step_generation:
                 self._step = self._compile_step()
                 self._step_generation = self.rows.generation
+        if update is not None:  # (on the rows' optimizer this update will use)
+            self._set_learning_rate(update)
         read_dense = self.version + (grads is not None) > known_version
         values, states, rate = self._step(grads, read_dense)
         if grads is None:
