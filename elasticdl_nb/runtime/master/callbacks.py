@@ -161,8 +161,7 @@ class JobCallbacks:
         if not self._replay:
             return
         for hook, args, logs in self._replay:
-            for callback in self.callbacks:
-                getattr(callback, hook)(*args, logs=dict(logs))
+            self._each(hook, args, dict(logs), Decisions())  # (decided then: in the journal)
         self._began = True
         stopped, rate = self._decided_before
         self.model.stop_training = stopped
@@ -170,10 +169,6 @@ class JobCallbacks:
             self.model.learning_rate = rate
         self.model.rate_changed = False
         log.info("callbacks: %d calls of the master before called again", len(self._replay))
-
-    @property
-    def active(self) -> bool:
-        return bool(self.callbacks)
 
     def of_type(self, name: str) -> list:
         return [c for c in self.callbacks if type(c).__name__ == name]
@@ -220,29 +215,32 @@ class JobCallbacks:
             raise CallbackError(f"the callbacks could not be loaded: {self.error!r}")
         decided = Decisions()
         with self._lock:
-            model = self.model
             if not self._began:
                 self._began = True
                 self._journal("on_train_begin", [], {})
-                for callback in self.callbacks:
-                    callback.on_train_begin(logs={})
+                self._each("on_train_begin", (), {}, decided)
             if hook != "on_train_batch_end":
                 self._journal(hook, list(args), logs)
-            for callback in self.callbacks:
-                name = type(callback).__name__
-                was_stopping = model.stop_training
-                try:
-                    getattr(callback, hook)(*args, logs=logs)
-                except CallbackError as exc:
-                    raise CallbackError(f"{name}.{hook}: {exc}") from None
-                except Exception as exc:
-                    raise CallbackError(f"{name}.{hook} raised {exc!r}") from exc
-                if model.stop_training and not was_stopping:
-                    decided.stop = f"stopped early by {name} {_where(hook, args)}"
-                if model.rate_changed:
-                    model.rate_changed = False
-                    decided.learning_rate, decided.set_by = model.learning_rate, name
+            self._each(hook, args, logs, decided)
         return decided
+
+    def _each(self, hook: str, args, logs: dict, decided: Decisions) -> None:
+        """Call `hook` of every callback, noting in `decided` what they decided."""
+        model = self.model
+        for callback in self.callbacks:
+            name = type(callback).__name__
+            was_stopping = model.stop_training
+            try:
+                getattr(callback, hook)(*args, logs=logs)
+            except CallbackError as exc:
+                raise CallbackError(f"{name}.{hook}: {exc}") from None
+            except Exception as exc:
+                raise CallbackError(f"{name}.{hook} raised {exc!r}") from exc
+            if model.stop_training and not was_stopping:
+                decided.stop = f"stopped early by {name} {_where(hook, args)}"
+            if model.rate_changed:
+                model.rate_changed = False
+                decided.learning_rate, decided.set_by = model.learning_rate, name
 
     def _journal(self, hook: str, args: list, logs: dict) -> None:
         if self._record is not None and self.callbacks:

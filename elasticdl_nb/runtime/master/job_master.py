@@ -109,7 +109,7 @@ class JobMaster:
         self.evaluations.on_published = self._evaluated
         # The model's callbacks (callbacks.py) and what they decided.
         self.callbacks = callbacks_for(
-            JobDir(job_dir).bundle,
+            files.bundle,
             load_contract,
             lambda hook, args, logs: journal.append(
                 EventKind.CALLBACK, hook=hook, args=args, logs=logs

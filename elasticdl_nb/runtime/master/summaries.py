@@ -51,13 +51,12 @@ class Scalar:
 
 def loss_points(data: dict[str, Any]) -> Iterator[tuple[int, float, float | None]]:
     """(n, loss, learning rate or None) of each point of a `loss` event: its `points`
-    (`[n, loss]`, or `[n, loss, rate]`) and the rates of its `learning_rates`
-    (`[[n, rate], ...]`, when the job reports them; 0: not reported)."""
+    (`[n, loss]`) with the rates of its `learning_rates` (`[[n, rate], ...]`, when the
+    job reports them; 0: not reported)."""
     rates = {int(n): rate for n, rate in data.get("learning_rates") or []}
-    for point in data.get("points") or []:
-        n, loss = int(point[0]), float(point[1])
-        rate = point[2] if len(point) > 2 else rates.get(n)
-        yield n, loss, (float(rate) if rate else None)
+    for n, loss in data.get("points") or []:
+        rate = rates.get(int(n))
+        yield int(n), float(loss), (float(rate) if rate else None)
 
 
 class Summaries:
