@@ -215,7 +215,7 @@ class _Reporter:
         self.stop_requested = threading.Event()
         self.batches = 0
 
-    def batch_done(self, task_id, start, loss, ps_versions):
+    def batch_done(self, task_id, start, loss, ps_versions, learning_rate=0.0):
         self.batches += 1
 
     def task_done(self, task_id, metric_states=None, timing=None, wait=True):

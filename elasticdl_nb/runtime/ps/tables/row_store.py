@@ -95,9 +95,12 @@ class RowStore:
         self._ids.append(np.zeros(self.block_rows, np.int64))
         self._updated.append(np.full(self.block_rows, NEVER, np.int64))
 
-    def _split(self, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    def _split(self, rows: np.ndarray) -> Iterator[tuple[int, slice | np.ndarray, np.ndarray]]:
         """(block, the positions in `rows` that are in it, their lines), per block used."""
         rows = np.asarray(rows, np.int64)
+        if len(self._values) == 1:  # (every table's first 2^18 rows: no split to make)
+            yield 0, slice(None), rows
+            return
         blocks, lines = np.divmod(rows, self.block_rows)
         for block in np.unique(blocks):
             at = np.flatnonzero(blocks == block)

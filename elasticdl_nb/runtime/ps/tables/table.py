@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from elasticdl_nb.runtime.ps.tables.admission import Admission
+from elasticdl_nb.runtime.ps.tables.direct_index import DirectIndex, direct_slots
 from elasticdl_nb.runtime.ps.tables.hash_index import HashIndex
 from elasticdl_nb.runtime.ps.tables.row_store import NEVER, RowStore
 from elasticdl_nb.runtime.table_def import TableDef, initial_rows
@@ -82,7 +83,12 @@ class EmbeddingTable:
         self.fresh_slots = np.asarray(fresh_slots, definition.dtype).reshape(-1)
         self.width = self.dim + len(self.fresh_slots)
         self.rows = RowStore(self.width, block_rows, definition.dtype)
-        self.index = HashIndex(self.rows.ids_of)
+        # Bounded ids: one slot per id this shard may own; any int64: a hash index.
+        self.index = (
+            DirectIndex(self.rows.ids_of, definition.input_dim, num_ps)
+            if direct_slots(definition.input_dim, num_ps)
+            else HashIndex(self.rows.ids_of)
+        )
         self.admission = Admission(definition.min_count) if definition.min_count > 1 else None
         self.cap = math.ceil(definition.max_rows / num_ps) if definition.max_rows else 0
         self.counts = TableCounts()
@@ -106,6 +112,8 @@ class EmbeddingTable:
         ids = np.asarray(ids, np.int64)
         rows = self.locate(ids)
         held = rows != ABSENT
+        if held.all():  # (the usual case once training has reached the ids)
+            return self.rows.gather(rows)[:, : self.dim]
         out = np.empty((len(ids), self.dim), self.definition.dtype)
         if held.any():
             out[held] = self.rows.gather(rows[held])[:, : self.dim]
@@ -119,6 +127,8 @@ class EmbeddingTable:
         ids = np.asarray(ids, np.int64)
         rows = self.locate(ids)
         held = rows != ABSENT
+        if held.all():
+            return rows, self.rows.gather(rows)
         states = np.empty((len(ids), self.width), self.definition.dtype)
         if held.any():
             states[held] = self.rows.gather(rows[held])
