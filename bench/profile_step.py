@@ -6,24 +6,35 @@ The worker's real `Trainer` (runtime/worker/trainer.py) runs real training tasks
 `minibatches_per_task` (8) minibatches each, in this one process, against a real
 `ParameterServerService` + `ParameterStore` (the PS's classes). Nothing is re-implemented:
 the step loop, the exchange, the PS's work are the runtime's own code, whatever its
-current shape. Passes:
+current shape. A step's PushPull goes over the bulk channel (protocol/bulk.py: the
+PsClient's `bulk[ps].push_pull(request, buffers)`, answered by the PS's
+`ParameterServerService.push_pull`); gRPC carries only Init and the other control calls.
+Passes:
 
-  A. Phases. The PsClient's stub is replaced by a loopback that does to the messages
-     what gRPC does (SerializeToString on the sender, FromString on the receiver) and
-     calls the service directly, without transport (if the PsClient sends on sender
-     threads, they run inline in this pass, so every phase is timed on one thread).
-     The runtime's methods are wrapped with timers where they exist: BatchMaker.batches,
-     ModelRunner.probe_ids / train_step / load and their tf.functions,
-     PsClient.start_exchange / exchange / result, the service's PushPull,
-     ParameterStore.push / read / exchange and its compiled calls, ... Each phase's time
-     is exclusive (time in wrapped callees is subtracted), so the phases add up to the
-     loop's total; what no wrapper covers is reported as "trainer loop: other".
+  A. Phases. The PsClient's bulk client is replaced by a loopback that does to the
+     messages what the channel does (SerializeToString on the sender, FromString on the
+     receiver; out-of-band arrays are handed over as they are) and calls the service's
+     push_pull directly, without transport; its gRPC stub by one that serves Init the same
+     way. The PsClient's sender threads run inline in this pass, so every phase is timed
+     on one thread. The runtime's methods are wrapped with timers where they exist:
+     BatchMaker.batches, ModelRunner.probe_ids / train_step / load and their
+     tf.functions, PsClient.start_exchange / exchange / result, the service's push_pull,
+     ParameterStore.push / read / exchange and its compiled calls, EmbeddingTable.read /
+     states / write, ... Each phase's time is exclusive (time in wrapped callees is
+     subtracted), so the phases add up to the loop's total; what no wrapper covers is
+     reported as "trainer loop: other".
   B. The same tasks, nothing wrapped: the real per-step time without transport.
-  C. The same tasks over real gRPC on 127.0.0.1 (the runtime's make_server /
-     open_channel with the token interceptors), server and client in this one process.
-     They share one GIL here, so this is not the two-process cost, but it adds gRPC.
+  C. The same tasks over the real transport on 127.0.0.1: the PS's gRPC server
+     (make_server / listen, token interceptors) for Init and GetBulkEndpoint and its
+     BulkServer for the steps, the Trainer's real PsClient connecting as in a job, server
+     and client in this one process. They share one GIL here, so this is not the
+     two-process cost, but it adds the transport.
   D. The floor: one tf.function doing forward + backward + Adagrad.apply_gradients on a
      local model, in one process (what `model.fit` does per step, minus Keras' loop).
+  E. The transport alone: PushPull round trips with a step-sized request to another
+     process whose handler only returns a step-sized reply, on the bulk channel (a
+     BulkClient against a BulkServer) and, for comparison, as a gRPC unary call (the
+     PushPull method the runtime no longer has, registered by hand in the child).
 
 Also: the PS checkpoint (ParameterStore.snapshot + CheckpointDir.save), taken every
 `checkpoint_steps` (200) updates off the request path, amortized per step.
@@ -51,8 +62,10 @@ from code_state import code_state  # bench/code_state.py, beside this script
 
 harness.pin_threads()  # the same pins as every benchmark; before TensorFlow starts
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import workloads  # noqa: E402
+from google.protobuf.message import Message  # noqa: E402
 
 from elasticdl_nb.capture import write_bundle  # noqa: E402
 from elasticdl_nb.data import resolve_sources, stage_arrays  # noqa: E402
@@ -60,7 +73,9 @@ from elasticdl_nb.model import load_bundle  # noqa: E402
 from elasticdl_nb.runtime.process_env import ProcessEnv  # noqa: E402
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb  # noqa: E402
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc  # noqa: E402
-from elasticdl_nb.runtime.protocol.channels import listen, make_server  # noqa: E402
+from elasticdl_nb.runtime.protocol.bulk import BulkClient  # noqa: E402
+from elasticdl_nb.runtime.protocol.bulk_server import BulkServer  # noqa: E402
+from elasticdl_nb.runtime.protocol.channels import listen, make_server, open_channel  # noqa: E402
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir  # noqa: E402
 from elasticdl_nb.runtime.ps.service import ParameterServerService  # noqa: E402
 from elasticdl_nb.runtime.ps.store import ParameterStore  # noqa: E402
@@ -147,53 +162,51 @@ class Profiler:
 # ---------------------------------------------------------------------------- a PS in process
 
 
-class _Ready:
-    def __init__(self, value):
-        self._value = value
+class _LoopbackBulk:
+    """In place of a PsClient's BulkClient: does to a PushPull's messages what the bulk
+    channel does and calls the service, without transport. With `captured`, keeps every
+    (request, its buffers, reply, its buffers) as the PS and the worker saw them."""
 
-    def result(self):
-        return self._value
+    def __init__(self, service, profiler: Profiler, captured: list | None = None):
+        self.service, self.profiler, self.captured = service, profiler, captured
 
-
-class _Deferred:
-    """The PS's part of a loopback PushPull runs when the worker asks for the result."""
-
-    def __init__(self, method, wire: bytes):
-        self.method, self.wire = method, wire
-
-    def result(self):
-        p, service = self.method.profiler, self.method.service
-        request = p.timed(
-            "wire: request FromString (PS side)", pb.PushPullRequest.FromString, self.wire
+    def push_pull(self, request, buffers=()):
+        p, buffers = self.profiler, list(buffers)
+        wire = p.timed("wire: request SerializeToString (worker side)", request.SerializeToString)
+        received = p.timed(
+            "wire: request FromString (PS side)", pb.PushPullRequest.FromString, wire
         )
-        reply = p.timed(
-            "PS: ParameterServerService.PushPull (its own Python)", service.PushPull, request, None
+        reply, out = p.timed(
+            "PS: ParameterServerService.push_pull (its own Python)",
+            self.service.push_pull,
+            received,
+            buffers,
         )
         wire = p.timed("wire: reply SerializeToString (PS side)", reply.SerializeToString)
-        return p.timed("wire: reply FromString (worker side)", pb.PushPullResponse.FromString, wire)
-
-
-class _LoopbackPushPull:
-    def __init__(self, service, profiler: Profiler):
-        self.service, self.profiler = service, profiler
-
-    def future(self, request, timeout=None):
-        wire = self.profiler.timed(
-            "wire: request SerializeToString (worker side)", request.SerializeToString
+        answer = p.timed(
+            "wire: reply FromString (worker side)", pb.PushPullResponse.FromString, wire
         )
-        return _Deferred(self, wire)
+        if self.captured is not None:
+            self.captured.append((received, buffers, answer, out))
+        return answer, out
 
-    def __call__(self, request, timeout=None):
-        return self.future(request, timeout).result()
+    def close(self):
+        pass
 
 
 class _LoopbackStub:
-    def __init__(self, service, profiler: Profiler):
-        self.PushPull = _LoopbackPushPull(service, profiler)
+    """In place of a PsClient's gRPC stub: Init, through serialization, without transport."""
+
+    def __init__(self, service):
         self._service = service
 
     def Init(self, request, timeout=None):
         return self._service.Init(pb.InitRequest.FromString(request.SerializeToString()), None)
+
+
+def use_loopback(trainer: Trainer, service, profiler: Profiler, captured=None) -> None:
+    trainer.ps.stubs = [_LoopbackStub(service)]
+    trainer.ps.bulk = [_LoopbackBulk(service, profiler, captured)]
 
 
 class _Inline:
@@ -203,7 +216,7 @@ class _Inline:
         future = concurrent.futures.Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller as gRPC would
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as a thread would
             future.set_exception(exc)
         return future
 
@@ -336,10 +349,10 @@ def profile_phases(job, n_records, batch, per_task, steps, warmup):
     p = Profiler()
     store = make_store(job)
     service = ParameterServerService(store, _noop_update, lambda: (0, ""))
-    trainer = new_trainer(job, "127.0.0.1:1")  # a lazy channel, never used
-    trainer.ps.stubs = [_LoopbackStub(service, p)]
-    if hasattr(trainer.ps, "_senders"):  # sender threads: run them inline here, so that
-        trainer.ps._senders = [_Inline() for _ in trainer.ps._senders]  # times stay exclusive
+    trainer = new_trainer(job, "127.0.0.1:1")  # lazy connections, never used
+    use_loopback(trainer, service, p)
+    # the sender threads run inline here, so that the times stay exclusive
+    trainer.ps._senders = [_Inline() for _ in trainer.ps._senders]
     epoch = run_tasks(trainer, n_records, batch, per_task, 0, warmup, 0)  # builds, warms
     # wrap after the build: the PS's compiled calls exist once it is initialized
     instrument(p, trainer, service, store)
@@ -351,25 +364,32 @@ def profile_phases(job, n_records, batch, per_task, steps, warmup):
     return p, total, store
 
 
-def profile_plain(job, n_records, batch, per_task, steps, warmup, grpc_server: bool):
+def profile_plain(job, n_records, batch, per_task, steps, warmup, transport: bool):
     store = make_store(job)
     service = ParameterServerService(store, _noop_update, lambda: (0, ""))
-    server = None
-    if grpc_server:
+    server = bulk = None
+    if transport:  # as runtime/ps/process.py serves a PS
         server = make_server(TOKEN, "ps-0")
         rpc.add_ParameterServerServicer_to_server(service, server)
         port = listen(server, "127.0.0.1:0")
+        bulk = BulkServer("127.0.0.1", TOKEN, "ps-0", service.push_pull).start()
+        service.bulk_port = bulk.port
         server.start()
         trainer = new_trainer(job, f"127.0.0.1:{port}")
     else:
         trainer = new_trainer(job, "127.0.0.1:1")
-        trainer.ps.stubs = [_LoopbackStub(service, Profiler())]
-    epoch = run_tasks(trainer, n_records, batch, per_task, 0, warmup, 0)
-    t0 = time.perf_counter()
-    run_tasks(trainer, n_records, batch, per_task, 10_000, steps, epoch)
-    total = time.perf_counter() - t0
-    if server is not None:
-        server.stop(grace=None)
+        use_loopback(trainer, service, Profiler())
+    try:
+        epoch = run_tasks(trainer, n_records, batch, per_task, 0, warmup, 0)
+        t0 = time.perf_counter()
+        run_tasks(trainer, n_records, batch, per_task, 10_000, steps, epoch)
+        total = time.perf_counter() - t0
+    finally:
+        trainer.ps.bulk[0].close()
+        if bulk is not None:
+            bulk.stop()
+        if server is not None:
+            server.stop(grace=None)
     return total / steps * 1e6
 
 
@@ -395,90 +415,118 @@ def profile_floor(ctr, batch: int, steps: int, warmup: int) -> float:
 
 
 _ECHO_SERVER = r"""
-import sys, threading
+import sys
+import grpc
+import numpy as np
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
 from elasticdl_nb.runtime.protocol.channels import listen, make_server
-reply = pb.PushPullResponse.FromString(open(sys.argv[2], "rb").read())
-class Echo(rpc.ParameterServerServicer):
-    def PushPull(self, request, context):
-        return reply
-server = make_server(sys.argv[1], "ps-0")
-rpc.add_ParameterServerServicer_to_server(Echo(), server)
+token, workdir = sys.argv[1], sys.argv[2]
+reply = pb.PushPullResponse.FromString(open(f"{workdir}/reply.bin", "rb").read())
+with np.load(f"{workdir}/reply_buffers.npz") as z:
+    buffers = [z[f"arr_{i}"] for i in range(len(z.files))]
+inline = pb.PushPullResponse.FromString(open(f"{workdir}/reply_inline.bin", "rb").read())
+bulk = BulkServer("127.0.0.1", token, "ps-0", lambda request, _: (reply, buffers)).start()
+server = make_server(token, "ps-0")
+server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+    "elasticdl_nb.ParameterServer",
+    {"PushPull": grpc.unary_unary_rpc_method_handler(
+        lambda request, context: inline,
+        request_deserializer=pb.PushPullRequest.FromString,
+        response_serializer=pb.PushPullResponse.SerializeToString,
+    )},
+)])
 port = listen(server, "127.0.0.1:0")
 server.start()
-print(port, flush=True)
+print(bulk.port, port, flush=True)
 sys.stdin.read()  # until the parent closes stdin
+bulk.stop()
 server.stop(grace=None)
 """
 
 
-def profile_grpc_round_trip(
-    request: pb.PushPullRequest, reply: pb.PushPullResponse, workdir: Path, calls: int = 400
-) -> float:
+def inline(message, buffers):
+    """A copy of `message` with the bytes of its out-of-band tensors in the message, as a
+    gRPC call would carry them."""
+    message = type(message).FromString(message.SerializeToString())
+
+    def walk(msg) -> None:
+        if isinstance(msg, pb.Tensor):
+            if msg.out_of_band:
+                msg.data = np.asarray(buffers[msg.out_of_band - 1]).tobytes()
+                msg.out_of_band = 0
+            return
+        for _, value in msg.ListFields():
+            if isinstance(value, Message):
+                walk(value)
+            elif hasattr(value, "values"):  # a map
+                for item in value.values():
+                    if isinstance(item, Message):
+                        walk(item)
+            elif not isinstance(value, (str, bytes)) and hasattr(value, "__iter__"):
+                for item in value:
+                    if isinstance(item, Message):
+                        walk(item)
+
+    walk(message)
+    return message
+
+
+def profile_round_trips(messages, workdir: Path, calls: int = 400) -> tuple[float, float]:
     """E. µs per PushPull round trip to another process whose handler does nothing but
-    return a step-sized reply: the transport and (de)serialization cost alone."""
-    import sys
-
-    from elasticdl_nb.runtime.protocol.channels import open_channel
-
-    reply_path = workdir / "reply.bin"
-    reply_path.write_bytes(reply.SerializeToString())
+    return a step-sized reply: the transport and (de)serialization cost alone, on the bulk
+    channel and as a gRPC unary call."""
+    request, request_buffers, reply, reply_buffers = messages
+    (workdir / "reply.bin").write_bytes(reply.SerializeToString())
+    np.savez(workdir / "reply_buffers.npz", *reply_buffers)
+    (workdir / "reply_inline.bin").write_bytes(inline(reply, reply_buffers).SerializeToString())
     child = subprocess.Popen(
-        [sys.executable, "-c", _ECHO_SERVER, TOKEN, str(reply_path)],
+        [sys.executable, "-c", _ECHO_SERVER, TOKEN, str(workdir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        port = int(child.stdout.readline())
-        stub = rpc.ParameterServerStub(open_channel(f"127.0.0.1:{port}", TOKEN, "ps-0"))
+        bulk_port, grpc_port = (int(v) for v in child.stdout.readline().split())
+        client = BulkClient("127.0.0.1", TOKEN, "ps-0", lambda: bulk_port)
         for _ in range(30):
-            stub.PushPull.future(request, timeout=30).result()
+            client.push_pull(request, request_buffers)
         t0 = time.perf_counter()
         for _ in range(calls):
-            stub.PushPull.future(request, timeout=30).result()
-        as_future = (time.perf_counter() - t0) / calls * 1e6
+            client.push_pull(request, request_buffers)
+        bulk = (time.perf_counter() - t0) / calls * 1e6
+        client.close()
+
+        channel = open_channel(f"127.0.0.1:{grpc_port}", TOKEN, "ps-0")
+        push_pull = channel.unary_unary(
+            "/elasticdl_nb.ParameterServer/PushPull",  # the package in elasticdl.proto
+            request_serializer=pb.PushPullRequest.SerializeToString,
+            response_deserializer=pb.PushPullResponse.FromString,
+        )
+        request = inline(request, request_buffers)
+        for _ in range(30):
+            push_pull(request, timeout=30)
         t0 = time.perf_counter()
         for _ in range(calls):
-            stub.PushPull(request, timeout=30)
-        blocking = (time.perf_counter() - t0) / calls * 1e6
-        return as_future, blocking
+            push_pull(request, timeout=30)
+        unary = (time.perf_counter() - t0) / calls * 1e6
+        channel.close()
+        return bulk, unary
     finally:
         child.stdin.close()
         child.wait(timeout=30)
 
 
-class _Capture:
-    """A stub that keeps the requests a PsClient sends and answers with real replies."""
-
-    def __init__(self, service):
-        self.service, self.requests, self.replies = service, [], []
-        self.PushPull = self
-
-    def future(self, request, timeout=None):
-        reply = self.service.PushPull(request, None)
-        self.requests.append(request)
-        self.replies.append(reply)
-        return _Ready(reply)
-
-    def __call__(self, request, timeout=None):
-        return self.future(request).result()
-
-    def Init(self, request, timeout=None):
-        return self.service.Init(request, None)
-
-
 def step_messages(job, n_records, batch, per_task):
-    """A typical steady-state request and reply (the largest of a task's exchanges)."""
+    """A typical steady-state exchange, the largest of a task's: (request, its
+    out-of-band buffers, reply, its out-of-band buffers)."""
     store = make_store(job)
     service = ParameterServerService(store, _noop_update, lambda: (0, ""))
     trainer = new_trainer(job, "127.0.0.1:1")
-    capture = _Capture(service)
-    trainer.ps.stubs = [capture]
+    captured: list = []
+    use_loopback(trainer, service, Profiler(), captured)
     run_tasks(trainer, n_records, batch, per_task, 0, per_task * 2, 0)
-    index = max(range(len(capture.requests)), key=lambda i: capture.requests[i].ByteSize())
-    return capture.requests[index], capture.replies[index]
+    return max(captured, key=lambda m: inline(m[0], m[1]).ByteSize())
 
 
 def profile_checkpoint(store: ParameterStore, workdir: Path, repeats: int = 5) -> float:
@@ -548,8 +596,10 @@ def main() -> None:
     steps *= args.rounds  # the pooled phases cover every round's steps
     loop_b, loop_c, floor = (statistics.median(x) for x in (runs_b, runs_c, runs_d))
     ckpt = profile_checkpoint(store, workdir)
-    request, reply = step_messages(job, n_records, batch, per_task)
-    round_trip, round_trip_blocking = profile_grpc_round_trip(request, reply, workdir)
+    messages = step_messages(job, n_records, batch, per_task)
+    request_bytes = inline(messages[0], messages[1]).ByteSize()
+    reply_bytes = inline(messages[2], messages[3]).ByteSize()
+    bulk_round_trip, grpc_round_trip = profile_round_trips(messages, workdir)
 
     total_us = total_a / steps * 1e6
     steps_text = f"{steps_a} steps × {args.rounds} rounds"
@@ -597,16 +647,17 @@ def main() -> None:
         f"| B. real Trainer → loopback → real PS service, no transport, no timers; runs "
         f"{_runs(runs_b)} "
         f"| {loop_b:,.0f} | {batch / loop_b * 1e6:,.0f} |",
-        f"| C. real Trainer → real gRPC on 127.0.0.1 → real PS service, one process; runs "
+        f"| C. real Trainer → real bulk channel on 127.0.0.1 → real PS service, one process; "
+        f"runs "
         f"{_runs(runs_c)} "
         f"| {loop_c:,.0f} | {batch / loop_c * 1e6:,.0f} |",
         f"| D. floor: one tf.function forward+backward+Adagrad apply, one process; runs "
         f"{_runs(runs_d)} "
         f"| {floor:,.0f} | {batch / floor * 1e6:,.0f} |",
-        f"| E. one gRPC PushPull round trip to another process whose handler only returns "
-        f"a step-sized reply (request {request.ByteSize():,} B, reply {reply.ByteSize():,} B): "
-        f"`stub.PushPull.future(...).result()` | {round_trip:,.0f} | |",
-        f"| E'. the same as a blocking `stub.PushPull(...)` call | {round_trip_blocking:,.0f} | |",
+        f"| E. one bulk-channel PushPull round trip to another process whose handler only "
+        f"returns a step-sized reply (request {request_bytes:,} B, reply {reply_bytes:,} B): "
+        f"`BulkClient.push_pull(...)` | {bulk_round_trip:,.0f} | |",
+        f"| E'. the same over gRPC (a unary call), blocking | {grpc_round_trip:,.0f} | |",
         "",
         f"PS checkpoint (snapshot + np.savez + fsync), every 200 updates by default: "
         f"{ckpt:,.0f} µs each = {ckpt / 200:,.0f} µs per step amortized (off the request "
@@ -632,16 +683,16 @@ def main() -> None:
                 "rounds": args.rounds,
                 "instrumented_runs_us": runs_a,
                 "loopback_runs_us": runs_b,
-                "grpc_same_process_runs_us": runs_c,
+                "bulk_same_process_runs_us": runs_c,
                 "floor_runs_us": runs_d,
                 "loopback_loop_us": loop_b,
-                "grpc_same_process_loop_us": loop_c,
+                "bulk_same_process_loop_us": loop_c,
                 "single_process_floor_us": floor,
                 "checkpoint_us": ckpt,
-                "grpc_round_trip_other_process_us": round_trip,
-                "grpc_round_trip_other_process_blocking_us": round_trip_blocking,
-                "request_bytes": request.ByteSize(),
-                "reply_bytes": reply.ByteSize(),
+                "bulk_round_trip_other_process_us": bulk_round_trip,
+                "grpc_round_trip_other_process_us": grpc_round_trip,
+                "request_bytes": request_bytes,
+                "reply_bytes": reply_bytes,
             },
             indent=1,
         )
@@ -653,7 +704,7 @@ def main() -> None:
         "One CTR step of the real worker loop against the single-process floor",
         [
             harness.row(
-                "CTR step, real Trainer → real gRPC → real PS service (one process)",
+                "CTR step, real Trainer → real bulk channel → real PS service (one process)",
                 "µs per step",
                 runs_c,
                 runs_d,

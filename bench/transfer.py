@@ -216,9 +216,11 @@ def start_ps(job_dir: Path, token: str, master_addr: str) -> subprocess.Popen:
 
 class OursClient:
     def __init__(self, address: str, token: str, value: np.ndarray):
+        from elasticdl_nb.runtime.heap import keep_freed_memory
         from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
         from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 
+        keep_freed_memory()  # what a worker process does first (runtime/worker/process.py)
         self.payload = PushPayload
         self.client = PsClient(lambda: [address], token)
         self.client.set_model([("w", value)], [])

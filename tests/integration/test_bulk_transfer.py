@@ -1,4 +1,5 @@
-"""The bulk channel with a real PS process: the same values as gRPC, and a PS restart."""
+"""The bulk channel with a real PS process: exact values for large (out of band) and small
+(in the message) tensors from two clients, and a PS restart."""
 
 from __future__ import annotations
 
@@ -29,10 +30,8 @@ def ps(tmp_path):
 VALUE = np.random.default_rng(0).standard_normal((512, 1024), dtype=np.float32)  # 2 MiB
 
 
-def client_for(ps: JobProcess, bulk: bool) -> PsClient:
+def client_for(ps: JobProcess) -> PsClient:
     client = PsClient(lambda: [ps.master.ps_address], TOKEN, give_up_after=120)
-    if not bulk:
-        client.bulk_threshold = 1 << 62
     client.set_model([("w", VALUE), ("b", np.zeros(3, np.float32))], [])
     return client
 
@@ -51,31 +50,32 @@ def bulk_connections(client: PsClient) -> int:
     return len(client.bulk[0]._open)
 
 
-def test_bulk_and_grpc_pushes_and_pulls_give_the_same_values(ps):
-    fast, slow = client_for(ps, bulk=True), client_for(ps, bulk=False)
-    fast.initialize()
-    for dense in (pull(fast), pull(slow)):
+def test_two_clients_pushes_and_pulls_give_exact_values_on_one_connection_each(ps):
+    first, second = client_for(ps), client_for(ps)
+    first.initialize()
+    for dense in (pull(first), pull(second)):
         np.testing.assert_array_equal(dense["w"], VALUE)
-    assert bulk_connections(fast) == 1 and bulk_connections(slow) == 0
 
     rng = np.random.default_rng(1)
     expected = VALUE.copy()
-    for key, client in enumerate([fast, slow, fast]):
+    for key, client in enumerate([first, second, first]):
         grad = rng.standard_normal(VALUE.shape, dtype=np.float32)
+        # "w" (2 MiB) travels beside the message, "b" (12 bytes) in it.
         push(client, key, {"w": grad, "b": np.ones(3, np.float32)})
         expected -= np.float32(LEARNING_RATE) * grad
-        over_bulk, over_grpc = pull(fast), pull(slow)
+        one, other = pull(first), pull(second)
         for name in ("w", "b"):
-            assert over_bulk[name].dtype == over_grpc[name].dtype == np.float32
-            np.testing.assert_array_equal(over_bulk[name], over_grpc[name])
-        np.testing.assert_allclose(over_bulk["w"], expected, rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(over_bulk["b"], np.full(3, -LEARNING_RATE * (key + 1)))
-    assert fast.versions[0] == slow.versions[0] == 3
-    assert bulk_connections(fast) == 1  # one persistent connection for every exchange
+            assert one[name].dtype == other[name].dtype == np.float32
+            np.testing.assert_array_equal(one[name], other[name])
+        np.testing.assert_allclose(one["w"], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(one["b"], np.full(3, -LEARNING_RATE * (key + 1)))
+    assert first.versions[0] == second.versions[0] == 3
+    # One persistent connection each for every exchange (a sender thread per shard).
+    assert bulk_connections(first) == bulk_connections(second) == 1
 
 
 def test_a_relaunched_ps_is_reached_again_over_the_bulk_channel(ps):
-    client = client_for(ps, bulk=True)
+    client = client_for(ps)
     client.initialize()
     push(client, 0, {"w": np.ones_like(VALUE)})
     stub = client.stubs[0]

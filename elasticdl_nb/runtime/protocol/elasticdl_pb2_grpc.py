@@ -541,11 +541,6 @@ class ParameterServerStub:
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.InitRequest.SerializeToString,
                 response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.InitResponse.FromString,
                 _registered_method=True)
-        self.PushPull = channel.unary_unary(
-                '/elasticdl_nb.ParameterServer/PushPull',
-                request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PushPullRequest.SerializeToString,
-                response_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PushPullResponse.FromString,
-                _registered_method=True)
         self.GetApplied = channel.unary_unary(
                 '/elasticdl_nb.ParameterServer/GetApplied',
                 request_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.AppliedRequest.SerializeToString,
@@ -577,12 +572,6 @@ class ParameterServerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Init(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def PushPull(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -628,11 +617,6 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.Init,
                     request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.InitRequest.FromString,
                     response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.InitResponse.SerializeToString,
-            ),
-            'PushPull': grpc.unary_unary_rpc_method_handler(
-                    servicer.PushPull,
-                    request_deserializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PushPullRequest.FromString,
-                    response_serializer=elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PushPullResponse.SerializeToString,
             ),
             'GetApplied': grpc.unary_unary_rpc_method_handler(
                     servicer.GetApplied,
@@ -687,33 +671,6 @@ class ParameterServer:
             '/elasticdl_nb.ParameterServer/Init',
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.InitRequest.SerializeToString,
             elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.InitResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def PushPull(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/elasticdl_nb.ParameterServer/PushPull',
-            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PushPullRequest.SerializeToString,
-            elasticdl__nb_dot_runtime_dot_protocol_dot_elasticdl__pb2.PushPullResponse.FromString,
             options,
             channel_credentials,
             insecure,

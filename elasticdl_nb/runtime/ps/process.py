@@ -1,11 +1,12 @@
 """A parameter-server process: `python -m elasticdl_nb.runtime.ps --id N`.
 
 It restores the newest checkpoint of its shard if there is one, serves the
-ParameterServer service on a port the OS gives it (on Kubernetes: the fixed port behind
-its Service) and, for large tensors, on a bulk channel beside it (workers ask for its port
-with GetBulkEndpoint), tells the master where it serves, that it is ready and what it
-restored (workers learn its address from the master), and checkpoints every
-`checkpoint_steps` applied updates in a background thread.
+ParameterServer service's control calls over gRPC on a port the OS gives it (on
+Kubernetes: the fixed port behind its Service) and the training steps' PushPull on a
+bulk channel beside it (workers ask for its port with GetBulkEndpoint), tells the master
+where it serves, that it is ready and what it restored (workers learn its address from
+the master), and checkpoints every `checkpoint_steps` applied updates in a background
+thread.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 
 from elasticdl_nb.model import load_bundle
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
+from elasticdl_nb.runtime.heap import keep_freed_memory
 from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -97,6 +99,7 @@ def main() -> None:
     parser.add_argument("--id", type=int, required=True)
     ps_id = parser.parse_args().id
     setup_logging(f"ps-{ps_id}")
+    keep_freed_memory()  # (large tensors: see heap.py)
     env = ProcessEnv.from_environ()
     spec = JobSpec.from_json(env.files.spec.read_text())
     contract = load_bundle(env.files.bundle)
@@ -129,7 +132,7 @@ def main() -> None:
     port = listen(server, listen_at)
     address = fixed or f"{listen_at.rsplit(':', 1)[0]}:{port}"
     bulk = BulkServer(
-        host_of(listen_at), env.token, identity, service.bulk_push_pull, env.bulk_port
+        host_of(listen_at), env.token, identity, service.push_pull, env.bulk_port
     ).start()
     service.bulk_port = bulk.port
     server.start()

@@ -1,7 +1,7 @@
 """The ParameterServer service: a thin translation between messages and the store.
 
-PushPull arrives over gRPC or, with its large tensors out of band, over the bulk channel
-(protocol/bulk.py); both go through `push_pull`.
+PushPull arrives on the bulk channel (protocol/bulk.py, `push_pull`), its large tensors out
+of band; the gRPC methods are the control calls (Init, GetApplied, Checkpoint, ...).
 """
 
 from __future__ import annotations
@@ -45,30 +45,15 @@ class ParameterServerService(rpc.ParameterServerServicer):
             self._on_update(force=True)  # checkpoint version 0: a restart never starts empty
         return pb.InitResponse(accepted=accepted, version=self.store.version)
 
-    def PushPull(self, request: pb.PushPullRequest, context) -> pb.PushPullResponse:
-        try:
-            return self.push_pull(request)[0]
-        except BulkError as err:
-            context.abort(err.code(), err.details())
-
-    def bulk_push_pull(
-        self, request: pb.PushPullRequest, buffers: Sequence[np.ndarray]
-    ) -> tuple[pb.PushPullResponse, list[np.ndarray]]:
-        """PushPull for the bulk channel: large tensors in `buffers` and out of band in
-        the reply (see protocol/bulk.py)."""
-        return self.push_pull(request, buffers, out_of_band=True)
-
     def push_pull(
-        self,
-        request: pb.PushPullRequest,
-        buffers: Sequence[np.ndarray] = (),
-        out_of_band: bool = False,
+        self, request: pb.PushPullRequest, buffers: Sequence[np.ndarray] = ()
     ) -> tuple[pb.PushPullResponse, list[np.ndarray]]:
-        """Both transports' PushPull: (reply, the reply's out-of-band arrays). Refuses a bad
-        request with a BulkError (a grpc.RpcError) carrying the status code."""
+        """(reply, the reply's out-of-band arrays) for a request and its out-of-band
+        `buffers`. Refuses a bad request with a BulkError (a grpc.RpcError) carrying the
+        status code."""
         store = self.store
         reply = pb.PushPullResponse(incarnation=self.incarnation)
-        out: list[np.ndarray] | None = [] if out_of_band else None
+        out: list[np.ndarray] = []
         if not store.initialized:
             reply.initialized = False
             return reply, []
@@ -110,7 +95,7 @@ class ParameterServerService(rpc.ParameterServerServicer):
                     to_tensor(store.read_table(name), reply.rows[name], out)
                 except TableError as err:
                     raise BulkError(grpc.StatusCode.FAILED_PRECONDITION, str(err)) from err
-        return reply, out or []
+        return reply, out
 
     def GetApplied(self, request: pb.AppliedRequest, context) -> pb.AppliedBatches:
         if request.flush and self.store.flush():

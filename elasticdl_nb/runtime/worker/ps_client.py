@@ -10,9 +10,11 @@ it has applied already. A shard's address that answers as something else (anothe
 server, another shard) is asked again too, and is `WrongPeer` once the master confirms
 that address three times.
 
-An exchange that moves large tensors (the shard's dense variables, or the pushed
-gradients, reach `bulk_threshold` bytes) goes over the shard's bulk channel
-(protocol/bulk.py) instead of gRPC; its failures are `grpc.RpcError`s too, retried alike.
+Exchanges travel on each shard's bulk channel (protocol/bulk.py: framed messages on a
+plain TCP connection, large tensors as raw bytes beside them), gRPC carries the rest
+(Init, GetApplied, ...): a gRPC call cost ~0.3 ms of CPU on each side per step, as much
+as the PS's whole update (bench/profiles.md). Its failures are `grpc.RpcError`s too,
+retried alike.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ _RETRYABLE = {
     grpc.StatusCode.INTERNAL,
 }
 
-BULK_THRESHOLD_BYTES = 1 << 20
 MISDIRECTED_CONFIRMATIONS = 3  # a wrong answer at an address the master still gives
 
 
@@ -79,7 +80,7 @@ class PendingExchange:
     pull_ids: dict[str, np.ndarray]
     pull_all: bool
     current_variables: object
-    outbound: list  # per shard: out-of-band arrays of a bulk request, None for gRPC
+    outbound: list  # per shard: the out-of-band arrays of its request
     # Known once `result()` returned: the shards that refused the push as stale
     # (synchronous training), and the learning rate of each shard's newest update.
     stale: list[int] = field(default_factory=list)
@@ -108,8 +109,6 @@ class PsClient:
         self.bulk: list[BulkClient] = [None] * self.num_ps  # type: ignore[list-item]
         for ps, address in enumerate(addresses):
             self._connect(ps, address)
-        self.bulk_threshold = BULK_THRESHOLD_BYTES
-        self._shard_dense_bytes = [0] * self.num_ps
         self.versions = [-1] * self.num_ps
         self._senders = [
             ThreadPoolExecutor(1, thread_name_prefix=f"ps{i}") for i in range(self.num_ps)
@@ -171,9 +170,6 @@ class PsClient:
         """The model's dense variables (name, initial value) and its embedding tables."""
         self._variables, self.tables = variables, tables
         self.dense_placement = place_dense([(n, v.nbytes) for n, v in variables], self.num_ps)
-        self._shard_dense_bytes = [0] * self.num_ps
-        for name, value in variables:
-            self._shard_dense_bytes[self.dense_placement[name]] += value.nbytes
 
     def _init_request(self, ps: int, variables, seeds=None) -> pb.InitRequest:
         request = pb.InitRequest(tables=[t.to_json() for t in self.tables])
@@ -225,7 +221,7 @@ class PsClient:
         pull_all: bool = False,
     ) -> PendingExchange:
         """Send an exchange and return at once; `.result()` waits for its replies."""
-        outbound = self._transports(push, pull_all)
+        outbound: list[list[np.ndarray]] = [[] for _ in range(self.num_ps)]
         requests = [
             pb.PushPullRequest(
                 known_version=-1 if pull_all else self.versions[ps], batch_key=-1, pull_all=pull_all
@@ -268,23 +264,9 @@ class PsClient:
             self, requests, futures, pull_ids, pull_all, current_variables, outbound
         )
 
-    def _transports(self, push: PushPayload | None, pull_all: bool) -> list[list | None]:
-        """Per shard: [] to go over the bulk channel (the list collects the request's
-        out-of-band arrays), None for gRPC. Bulk when the shard's dense variables (what a
-        pull brings back) or the pushed gradients reach `bulk_threshold` bytes, and for
-        exports (whole tables)."""
-        sizes = list(self._shard_dense_bytes)
-        if push is not None:
-            table_bytes = sum(i.nbytes + r.nbytes for i, r in push.tables.values())
-            sizes = [size + table_bytes for size in sizes]
-        return [[] if pull_all or size >= self.bulk_threshold else None for size in sizes]
-
-    def _push_pull(self, ps: int, request: pb.PushPullRequest, outbound: list | None):
-        """(reply, its out-of-band buffers) from shard `ps`, over bulk if `outbound` is a
-        list (its arrays go with the request), else over gRPC."""
-        if outbound is not None:
-            return self.bulk[ps].push_pull(request, outbound)
-        return self.stubs[ps].PushPull(request, timeout=60), []
+    def _push_pull(self, ps: int, request: pb.PushPullRequest, outbound: list[np.ndarray]):
+        """(reply, its out-of-band buffers) from shard `ps`; `outbound`: the request's."""
+        return self.bulk[ps].push_pull(request, outbound)
 
     def _finish_exchange(self, pending: PendingExchange):
         requests, pull_ids, pull_all = pending.requests, pending.pull_ids, pending.pull_all
@@ -299,10 +281,7 @@ class PsClient:
                 again = pb.PushPullRequest(
                     known_version=-1, batch_key=-1, pull_ids=requests[ps].pull_ids
                 )
-                transport = self._transports(None, False)[ps]
-                replies[ps] = self._call(
-                    ps, lambda _, p=ps, r=again, t=transport: self._push_pull(p, r, t)
-                )
+                replies[ps] = self._call(ps, lambda _, p=ps, r=again: self._push_pull(p, r, []))
             self.incarnations[ps] = replies[ps][0].incarnation
         rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         changed = False
