@@ -2,7 +2,8 @@
 
 - `<benchmark>.png`: per benchmark, one panel per metric; for every case the median of
   ours beside the baseline's, with the min–max spread of the runs as error bars.
-- `ratios.png`: every ratio against the baseline on one chart, with the targets marked.
+- `ratios.png`: every ratio against the baseline, grouped by benchmark on a log axis, with
+  the targets marked.
 - `scaling.png`: samples/s and communication share against the worker count.
 """
 
@@ -12,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -55,24 +57,51 @@ def benchmark_panels(name: str, doc: dict, out: Path) -> Path | None:
 
 
 def ratios(results: dict, out: Path) -> Path | None:
-    rows = [
-        (f"{name}: {r['case']} ({r['metric']})", r)
+    """Every ratio, grouped by benchmark, on a log axis (ratios run from 0.2 to several
+    hundred): each bar grows from 1 (as good as the baseline) to the ratio, so worse and
+    better read alike, with its value written at its end and its target marked."""
+    groups = [
+        (name, [r for r in doc.get("rows", []) if r["ratio"] is not None and r["ratio"] > 0])
         for name, doc in results.items()
-        for r in doc.get("rows", [])
-        if r["ratio"] is not None
     ]
-    if not rows:
+    groups = [(name, rows) for name, rows in groups if rows]
+    if not groups:
         return None
-    fig, ax = plt.subplots(figsize=(10, 0.38 * len(rows) + 1.2))
-    for i, (_, r) in enumerate(rows):
-        color = {True: "#2ca02c", False: "#d62728"}.get(r["met"], OURS)
-        ax.barh(i, r["ratio"], color=color)
-        if r["target"] is not None:
-            ax.plot([r["target"]] * 2, [i - 0.4, i + 0.4], color="black", linewidth=2)
+    count = sum(len(rows) + 1 for _, rows in groups)
+    fig, ax = plt.subplots(figsize=(11, 0.34 * count + 1.4))
+    labels, y = [], 0
+    for name, rows in groups:
+        ax.axhline(y - 0.5, color="#dddddd", linewidth=0.8)
+        ax.text(1.0, y, f"  {name}", fontsize=8, fontweight="bold", va="center", ha="left")
+        labels.append("")
+        y += 1
+        for r in rows:
+            color = {True: "#2ca02c", False: "#d62728"}.get(r["met"], OURS)
+            ratio = r["ratio"]
+            ax.barh(y, ratio - 1, left=1, color=color, height=0.7)
+            ax.text(
+                ratio,
+                y,
+                f" {ratio:.2f} ",
+                fontsize=6.5,
+                va="center",
+                ha="left" if ratio >= 1 else "right",
+            )
+            if r["target"] is not None:
+                ax.plot([r["target"]] * 2, [y - 0.45, y + 0.45], color="black", linewidth=2)
+            labels.append(textwrap.shorten(f"{r['case']} ({r['metric']})", 90))
+            y += 1
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    low = min(r["ratio"] for _, rows in groups for r in rows)
+    high = max(r["ratio"] for _, rows in groups for r in rows)
+    ax.set_xlim(min(0.5, low / 1.6), max(2.0, high * 1.6))
     ax.axvline(1.0, color="grey", linestyle=":")
-    ax.set_yticks(range(len(rows)), [textwrap.shorten(t, 95) for t, _ in rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("times better than the baseline (black tick: target; green met, red not)")
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel(
+        "times better than the baseline, log scale (black tick: target; green met, red not)"
+    )
     fig.tight_layout()
     path = out / "ratios.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
