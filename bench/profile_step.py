@@ -325,7 +325,7 @@ def instrument(p: Profiler, trainer: Trainer, service, store) -> None:
         ("push", "PS: ParameterStore.push (Python)"),
         ("read", "PS: ParameterStore.read (Python, .numpy)"),
         ("exchange", "PS: ParameterStore.exchange (Python, .numpy)"),
-        ("_apply", "PS: dense apply tf.function"),
+        ("_apply", "PS: ParameterStore._apply (Python)"),
         ("_read", "PS: read tf.function"),
         ("_step", "PS: step, compiled (apply + read)"),
     ]:
@@ -540,6 +540,48 @@ def profile_checkpoint(store: ParameterStore, workdir: Path, repeats: int = 5) -
     return statistics.median(times) * 1e6
 
 
+# The work of a step that a worker and a PS cannot do without, in series: the worker's
+# compiled forward and backward pass, the PS's compiled update and its table rows, and one
+# step-sized round trip on the socket. What is left of a step is our Python around them.
+SERIES_PHASES = (
+    "worker: train step, compiled",
+    "PS: step, compiled",
+    "PS: EmbeddingTable.",
+)
+
+
+def series_bound(phases_us: dict[str, float], round_trip_us: float) -> dict[str, float]:
+    """µs per step of the series bound, from pass A's phases (µs per step) and E."""
+    parts = {
+        name: us for name, us in phases_us.items() if name.startswith(SERIES_PHASES) and us > 0
+    }
+    return {
+        "parts_us": parts,
+        "round_trip_us": round_trip_us,
+        "bound_us": sum(parts.values()) + round_trip_us,
+    }
+
+
+def print_bound(args) -> None:
+    """`--bound`: pass A and E only; prints `SERIES_BOUND {json}` (for bench/throughput.py)."""
+    steps, warmup, batch, per_task = args.steps, args.warmup, args.batch, args.per_task
+    steps -= steps % per_task
+    warmup += -warmup % per_task
+    n_records = batch * per_task * 25
+    workdir = Path(tempfile.mkdtemp(prefix="edl-profile-"))
+    try:
+        job = make_job_dir(workloads.ctr_module(), n_records, batch, per_task, workdir)
+        profiler, _, _ = profile_phases(job, n_records, batch, per_task, steps, warmup)
+        phases = {n: secs / steps * 1e6 for n, secs in profiler.exclusive.items()}
+        messages = step_messages(job, n_records, batch, per_task)
+        round_trip, _ = profile_round_trips(messages, workdir, calls=200)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    bound = series_bound(phases, round_trip)
+    bound["samples_per_s"] = batch / bound["bound_us"] * 1e6
+    print("SERIES_BOUND " + json.dumps(bound), flush=True)
+
+
 def _runs(values: list[float]) -> str:
     return "(" + ", ".join(f"{v:,.0f}" for v in values) + ")"
 
@@ -556,9 +598,14 @@ def main() -> None:
     parser.add_argument("--per-task", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="200 steps, one round")
+    parser.add_argument(
+        "--bound", action="store_true", help="print only the series bound (pass A and E)"
+    )
     args = parser.parse_args()
-    if args.quick:
+    if args.quick or args.bound:
         args.steps, args.rounds = 200, 1
+    if args.bound:
+        return print_bound(args)
     t_start = time.perf_counter()
     steps, warmup, batch, per_task = args.steps, args.warmup, args.batch, args.per_task
     steps -= steps % per_task
@@ -602,6 +649,9 @@ def main() -> None:
     bulk_round_trip, grpc_round_trip = profile_round_trips(messages, workdir)
 
     total_us = total_a / steps * 1e6
+    bound = series_bound(
+        {n: secs / steps * 1e6 for n, secs in profiler.exclusive.items()}, bulk_round_trip
+    )
     steps_text = f"{steps_a} steps × {args.rounds} rounds"
     phases = sorted(profiler.exclusive.items(), key=lambda kv: -kv[1])
     covered = sum(profiler.exclusive.values())
@@ -658,6 +708,9 @@ def main() -> None:
         f"returns a step-sized reply (request {request_bytes:,} B, reply {reply_bytes:,} B): "
         f"`BulkClient.push_pull(...)` | {bulk_round_trip:,.0f} | |",
         f"| E'. the same over gRPC (a unary call), blocking | {grpc_round_trip:,.0f} | |",
+        f"| S. series bound: {' + '.join(bound['parts_us'])} + E, each as measured above "
+        f"(what a worker and a PS in series cannot do without) | {bound['bound_us']:,.0f} "
+        f"| {batch / bound['bound_us'] * 1e6:,.0f} |",
         "",
         f"PS checkpoint (snapshot + np.savez + fsync), every 200 updates by default: "
         f"{ckpt:,.0f} µs each = {ckpt / 200:,.0f} µs per step amortized (off the request "
@@ -689,6 +742,7 @@ def main() -> None:
                 "bulk_same_process_loop_us": loop_c,
                 "single_process_floor_us": floor,
                 "checkpoint_us": ckpt,
+                "series_bound": bound,
                 "bulk_round_trip_other_process_us": bulk_round_trip,
                 "grpc_round_trip_other_process_us": grpc_round_trip,
                 "request_bytes": request_bytes,

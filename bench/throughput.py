@@ -23,12 +23,19 @@ one inter-op thread (bench/harness.py), so they split the 2 cores instead of
 oversubscribing them; the single-process baseline, alone on the machine, gets 2 intra-op
 and 2 inter-op threads, TensorFlow's own choice here.
 
-Target (issue 3): ours / fit >= 0.8 for CTR at 1 worker + 1 PS.
+Target (issue 3): ours / fit >= 0.8 for CTR at 1 worker + 1 PS. Beside it, the series
+bound of that job on this machine (`bench/profile_step.py --bound`, run here after the
+CTR runs): the worker's compiled step, the PS's compiled update and table rows and one
+step-sized round trip, each measured alone, one after another, as a worker and a PS
+take turns in exact mode; as samples/s against the same `fit` runs. It says how much of
+`fit`'s speed the two processes could reach at all, with none of our Python around them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 
@@ -126,6 +133,42 @@ def measure(
     return rows, details
 
 
+def series_bound(w: workloads.Workload, fit: list[dict]) -> tuple[dict, dict]:
+    """The series bound of CTR 1 worker + 1 PS (see the docstring): a row and its details."""
+    harness.log("ctr: series bound (bench/profile_step.py --bound)")
+    done = subprocess.run(
+        [
+            harness.PY,
+            str(harness.ROOT / "bench" / "profile_step.py"),
+            "--bound",
+            "--batch",
+            str(w.batch),
+            "--per-task",
+            str(w.per_task),
+        ],
+        capture_output=True,
+        text=True,
+        env=harness.pinned_env(),
+        timeout=600,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("SERIES_BOUND ")), None)
+    if line is None:
+        raise RuntimeError(f"profile_step.py --bound printed no bound: {done.stderr[-2000:]}")
+    bound = json.loads(line.split(" ", 1)[1])
+    harness.log(f"  -> {bound['samples_per_s']:,.0f} samples/s ({bound['bound_us']:,.0f} µs)")
+    parts = ", ".join(f"{k} {v:,.0f}" for k, v in bound["parts_us"].items())
+    row = harness.row(
+        f"{w.title}, {CONFIGS[0][1]}: series bound",
+        "samples/s",
+        [bound["samples_per_s"]],
+        _rates(fit),
+        unit="samples/s",
+        baseline_label=BASELINE,
+        note=f"µs per step: {parts}, round trip {bound['round_trip_us']:,.0f}",
+    )
+    return row, bound
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer epochs, one repetition")
@@ -140,6 +183,9 @@ def main() -> int:
             w_rows, details[key] = measure(
                 w, 1 if args.quick else 2, key == "ctr", key in ("digits", "cnn")
             )
+            if key == "ctr":
+                bound_row, details["ctr"]["series_bound"] = series_bound(w, details[key]["fit"])
+                w_rows.insert(1, bound_row)
             rows += w_rows
     harness.write_result(
         "throughput",

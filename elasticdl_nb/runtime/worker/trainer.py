@@ -159,14 +159,15 @@ class Trainer:
         last, self._unsent = self._unsent, None  # computed, not yet sent
         while window and not self.reporter.stop_requested.is_set():
             batch, ids = window.popleft()
-            fill()
             push = last.push if last else None
             if overlap:
+                fill()
                 handle, carried = in_flight
                 dense, rows = reply(handle)
                 in_flight = (self._start(push, window[0][1] if window else {}), last)
             else:
                 handle, carried = self._start(push, ids), last
+                fill()  # (the next minibatch is read while the PS works)
                 dense, rows = reply(handle)
             if carried:
                 self._applied(carried, handle)
