@@ -275,7 +275,8 @@ def _with_memory(resources: str, memory: str | None) -> str:
 
 
 def ps_service(spec: JobSpec, name: str, index: int, owner: dict) -> dict[str, Any]:
-    # The bulk channel (large tensors, runtime/protocol/bulk.py) needs its own port.
+    # The bulk channel (every training step's PushPull, runtime/protocol/bulk.py) has its
+    # own port.
     ports = {"grpc": PS_PORT, "bulk": PS_BULK_PORT}
     return _service(spec, name, pod_name(name, "ps", index), ports, "ps", index, owner)
 
