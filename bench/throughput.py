@@ -24,8 +24,8 @@ oversubscribing them; the single-process baseline, alone on the machine, gets 2 
 and 2 inter-op threads, TensorFlow's own choice here.
 
 Target (issue 3): ours / fit >= 0.8 for CTR at 1 worker + 1 PS. Beside it, the series
-bound of that job on this machine (`bench/profile_step.py --bound`, run here after the
-CTR runs): the worker's compiled step, the PS's compiled update and table rows and one
+bound of that job on this machine (`bench/profile_step.py --bound`, in every repetition
+of the CTR runs): the worker's compiled step, the PS's compiled update and table rows and one
 step-sized round trip, each measured alone, one after another, as a worker and a PS
 take turns in exact mode; as samples/s against the same `fit` runs. It says how much of
 `fit`'s speed the two processes could reach at all, with none of our Python around them.
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -68,9 +69,10 @@ def _rates(runs: list[dict]) -> list[float]:
 
 
 def measure(
-    w: workloads.Workload, reps: int, overlap: bool, allreduce: bool
+    w: workloads.Workload, reps: int, overlap: bool, allreduce: bool, bound: bool = False
 ) -> tuple[list[dict], dict]:
     fit: list[dict] = []
+    bounds: list[dict] = []
     ours: dict[int, list[dict]] = {n: [] for n, _ in CONFIGS}
     ring: list[dict] = []
     overlapped: list[dict] = []
@@ -87,6 +89,11 @@ def measure(
             overlapped.append(
                 _attempt(what, workloads.run_job, w, 1, f"o{rep}", overlap_communication=True)
             )
+        if bound:  # (measured in every repetition: the machine's speed drifts)
+            what = (
+                f"{w.key}: series bound of {CONFIGS[0][1]} (profile_step.py --bound), run {rep + 1}"
+            )
+            bounds.append(_attempt(what, series_bound, w))
     fit.append(_attempt(f"{w.key}: fit, closing run", workloads.run_fit, w))
     rows = []
     for n, label in CONFIGS:
@@ -130,12 +137,33 @@ def measure(
             ),
         )
         details["ours_overlap_1w"] = overlapped
+    if bound:
+        parts = [b for b in bounds if "parts_us" in b]
+        median = {  # µs per step of each part, the median over the runs
+            name: statistics.median(b["parts_us"][name] for b in parts)
+            for name in (parts[0]["parts_us"] if parts else {})
+        }
+        round_trip = statistics.median(b["round_trip_us"] for b in parts) if parts else 0.0
+        rows.insert(
+            1,
+            harness.row(
+                f"{w.title}, {CONFIGS[0][1]}: series bound",
+                "samples/s",
+                _rates(bounds),
+                _rates(fit),
+                unit="samples/s",
+                baseline_label=BASELINE,
+                note="median µs per step: "
+                + ", ".join(f"{k} {v:,.0f}" for k, v in median.items())
+                + f", round trip {round_trip:,.0f}",
+            ),
+        )
+        details["series_bound"] = bounds
     return rows, details
 
 
-def series_bound(w: workloads.Workload, fit: list[dict]) -> tuple[dict, dict]:
-    """The series bound of CTR 1 worker + 1 PS (see the docstring): a row and its details."""
-    harness.log("ctr: series bound (bench/profile_step.py --bound)")
+def series_bound(w: workloads.Workload) -> dict:
+    """One measurement of the series bound of CTR 1 worker + 1 PS (see the docstring)."""
     done = subprocess.run(
         [
             harness.PY,
@@ -154,19 +182,7 @@ def series_bound(w: workloads.Workload, fit: list[dict]) -> tuple[dict, dict]:
     line = next((x for x in done.stdout.splitlines() if x.startswith("SERIES_BOUND ")), None)
     if line is None:
         raise RuntimeError(f"profile_step.py --bound printed no bound: {done.stderr[-2000:]}")
-    bound = json.loads(line.split(" ", 1)[1])
-    harness.log(f"  -> {bound['samples_per_s']:,.0f} samples/s ({bound['bound_us']:,.0f} µs)")
-    parts = ", ".join(f"{k} {v:,.0f}" for k, v in bound["parts_us"].items())
-    row = harness.row(
-        f"{w.title}, {CONFIGS[0][1]}: series bound",
-        "samples/s",
-        [bound["samples_per_s"]],
-        _rates(fit),
-        unit="samples/s",
-        baseline_label=BASELINE,
-        note=f"µs per step: {parts}, round trip {bound['round_trip_us']:,.0f}",
-    )
-    return row, bound
+    return json.loads(line.split(" ", 1)[1])
 
 
 def main() -> int:
@@ -180,12 +196,10 @@ def main() -> int:
         rows, details = [], {}
         for key in args.only.split(","):
             w = all_workloads[key]
+            ctr = key == "ctr"
             w_rows, details[key] = measure(
-                w, 1 if args.quick else 2, key == "ctr", key in ("digits", "cnn")
+                w, 1 if args.quick else 2, ctr, key in ("digits", "cnn"), bound=ctr
             )
-            if key == "ctr":
-                bound_row, details["ctr"]["series_bound"] = series_bound(w, details[key]["fit"])
-                w_rows.insert(1, bound_row)
             rows += w_rows
     harness.write_result(
         "throughput",
