@@ -19,6 +19,14 @@ EPOCHS = 6
 STEPS_PER_EPOCH = 1400 // 32 + 1
 
 
+def _epochs(mode: dict) -> int:
+    """Epochs for a run in `mode`: a synchronous PS averages `grads_to_wait` gradients into
+    one update, so it trains that many times the epochs to make as many updates as the
+    asynchronous runs (as test_synchronous_ps compares them). With 6 epochs it made half
+    as many, still climbing: one CI run ended at 0.8992 against the 0.90 asked for."""
+    return EPOCHS * mode.get("grads_to_wait", 1)
+
+
 def _paced_loss(labels, predictions):
     """The digits loss, with each step taking at least 20 ms: a job that must still be
     running when new workers have started (~6 s) cannot finish early on a fast machine."""
@@ -53,8 +61,9 @@ def _ended_before_the_end(events, role: str) -> dict[int, str]:
 )
 def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, mode):
     rng = fault_rng("worker-kill")
-    job, (x, _), (xt, yt) = digits_job(workers=3, epochs=EPOCHS, **mode)
-    kill_at = rng.randint(10, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
+    epochs = _epochs(mode)
+    job, (x, _), (xt, yt) = digits_job(workers=3, epochs=epochs, **mode)
+    kill_at = rng.randint(10, epochs * STEPS_PER_EPOCH * 2 // 3)
     victim = rng.randrange(3)
     status = wait_for_step(job, kill_at)
     os.kill(pid_of(status, "worker", victim), signal.SIGKILL)
@@ -63,13 +72,13 @@ def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, mod
     final = job.wait(timeout=300)
     events = list(job.events(follow=False))
     assert final["state"] == "succeeded"
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
     assert final["metrics"]["accuracy"] >= 0.90
     assert accuracy(job.model(), xt, yt) >= 0.90
     # Only the victim ended while the job ran; the others never stopped.
     assert _ended_before_the_end(events, "worker") == {victim: "killed by SIGKILL"}
     relaunches = [e.data for e in events if e.kind == "relaunch"]
     assert [(r["role"], r["replaces"]) for r in relaunches] == [("worker", victim)]
-    assert ledger_problems(job.dir, 1, [len(x)], EPOCHS) == []
     assert job_processes(job_home) == []
 
 
@@ -77,8 +86,9 @@ def test_worker_sigkill_at_a_random_step_loses_and_repeats_nothing(job_home, mod
 def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(job_home, mode):
     # (synchronous: the checkpoint leaves out the minibatches waiting for their version)
     rng = fault_rng("ps-kill")
-    job, (x, _), (xt, yt) = digits_job(workers=2, epochs=EPOCHS, checkpoint_steps=25, **mode)
-    kill_at = rng.randint(30, EPOCHS * STEPS_PER_EPOCH * 2 // 3)
+    epochs = _epochs(mode)
+    job, (x, _), (xt, yt) = digits_job(workers=2, epochs=epochs, checkpoint_steps=25, **mode)
+    kill_at = rng.randint(30, epochs * STEPS_PER_EPOCH * 2 // 3)
     status = wait_for_step(job, kill_at)
     os.kill(pid_of(status, "ps", 0), signal.SIGKILL)
     print(f"killed the PS at step {status['step']}")
@@ -92,9 +102,9 @@ def test_ps_sigkill_at_a_random_step_restores_and_redoes_what_was_rolled_back(jo
     print(f"PS restore: {restored[0]}")
     # The workers kept their processes: they retried until the PS was back.
     assert _ended_before_the_end(events, "worker") == {}
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
     assert final["metrics"]["accuracy"] >= 0.90
     assert accuracy(job.model(), xt, yt) >= 0.90
-    assert ledger_problems(job.dir, 1, [len(x)], EPOCHS) == []
 
 
 def test_scaling_workers_1_to_3_to_1_while_training(job_home):
