@@ -48,6 +48,7 @@ from elasticdl_nb.backends.local.supervisor_protocol import (
     encode,
     wake_on_signals,
 )
+from elasticdl_nb.runtime.heap import keep_freed_memory
 from elasticdl_nb.runtime.lifeline import PARENT_ENV, die_with_parent
 from elasticdl_nb.vocabulary import Role
 
@@ -72,6 +73,8 @@ def main() -> None:
     parser.add_argument("--job-dir", required=True, help="the job's directory")
     args = parser.parse_args()
     sock = socket.socket(fileno=int(os.environ.pop(FORK_SERVER_FD_ENV)))
+    # Before the imports start threads: the children inherit one malloc arena (heap.py).
+    keep_freed_memory()
     for module in PRELOAD:
         importlib.import_module(module)
     ForkServer(sock, args.job_dir).run()
