@@ -123,6 +123,8 @@ class ParameterStore:
         self.optimizer = self._make_optimizer()
         self._dense_vars = list(self.dense.values())
         self.optimizer.build(self._dense_vars)
+        # (made once: a step recompiled for larger row proxies reuses its XLA lowering)
+        self._dense_update = DenseUpdate(self.optimizer, self._dense_vars)
         self.rows = (
             RowOptimizer(
                 self._make_optimizer, [(t.dim, t.dtype) for t in tables], self._expected_rows
@@ -144,7 +146,7 @@ class ParameterStore:
         Compiled once per (has gradients, reads dense) combination; returns (dense values,
         the touched rows' new states, the learning rate the update was applied with)."""
         optimizer, dense_vars, rows = self.optimizer, self._dense_vars, self.rows
-        apply_dense = DenseUpdate(optimizer, dense_vars)
+        apply_dense = self._dense_update
 
         def step(grads, read_dense: bool):
             states = []
