@@ -17,6 +17,7 @@ from typing import Any
 
 from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.runtime.job_dir import JobDir, read_json, write_json
+from elasticdl_nb.runtime.protocol import tls as job_tls
 
 HOME_ENV = "ELASTICDL_NB_HOME"
 # What a master process runs (`python -m ...`): the one entry point of every backend.
@@ -47,6 +48,13 @@ class JobRecord:
         """The job directory as this machine holds it (for a Kubernetes job: what the
         notebook prepared; the running job's files are `MasterLink.files`)."""
         return JobDir(self.dir)
+
+    @property
+    def tls(self) -> job_tls.JobTls | None:
+        """What the notebook reaches the job's master with when the job has TLS."""
+        if not (self.files.tls / job_tls.cert_file(job_tls.NOTEBOOK)).exists():
+            return None
+        return job_tls.JobTls.load(self.files.tls, job_tls.NOTEBOOK)
 
     @property
     def master(self) -> dict | None:
@@ -103,6 +111,13 @@ def create_job(name: str, backend: str = "local") -> JobRecord:
     record = JobRecord(name, job_dir, secrets.token_urlsafe(32), time.time(), backend)
     save_record(record)
     return record
+
+
+def issue_certificates(record: JobRecord, parameter_servers: int) -> None:
+    """A new authority for the job, and a certificate for every name in it, into the
+    job directory's tls/ (owner-only); the backend takes them from there."""
+    names = job_tls.job_names(parameter_servers)
+    job_tls.write(record.files.tls, job_tls.issue(names, record.name))
 
 
 def save_record(record: JobRecord) -> None:

@@ -16,6 +16,9 @@ shares. Its layout is written here and nowhere else:
                   saved_model.not-exported  why it is not
     tensorboard/  TensorBoard event files written from the journal (`tensorboard`)
     replicas/     what each allreduce replica applied (the exactly-once record)
+    tls/          the job's certificates and keys (protocol/tls.py), owner-only, when the
+                  job has TLS: every name's for a local job; for a Kubernetes job, the
+                  notebook's only (the rest went into the job's Secret)
 
 JSON files are written atomically (readers never see half a file).
 """
@@ -58,6 +61,10 @@ class JobDir:
     @property
     def data(self) -> Path:
         return self.path / "data"
+
+    @property
+    def tls(self) -> Path:
+        return self.path / "tls"
 
     @property
     def master(self) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from elasticdl_nb.data import SourceInfo
@@ -21,6 +22,7 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV, token_from_env
 from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.patience import Patience
+from elasticdl_nb.runtime.protocol.tls import MASTER, JobTls
 
 JOB_DIR_ENV = "ELASTICDL_NB_JOB_DIR"
 MASTER_ENV = "ELASTICDL_NB_MASTER_ADDR"
@@ -30,6 +32,9 @@ PS_ENV = "ELASTICDL_NB_PS_ADDRS"
 # port, so the bulk channel cannot take whatever port the OS picks.
 BIND_HOST_ENV = "ELASTICDL_NB_BIND_HOST"
 BULK_PORT_ENV = "ELASTICDL_NB_BULK_PORT"
+# The directory of the job's TLS files (protocol/tls.py): the job directory's tls/ for a
+# local job, the Secret's volume in a pod. Unset: the job runs in plaintext.
+TLS_DIR_ENV = "ELASTICDL_NB_TLS_DIR"
 LOOPBACK = "127.0.0.1"
 
 # How long a worker or PS keeps calling a master that does not answer (paused, busy, or
@@ -47,9 +52,12 @@ class ProcessEnv:
     ps_addrs: tuple[str, ...]
     bind_host: str = ""
     bulk_port: int = 0
+    tls_dir: Path | None = None
+    identity: str = ""  # the name this process's certificate answers to: "worker", "ps-0"
 
     @classmethod
-    def from_environ(cls) -> ProcessEnv:
+    def from_environ(cls, identity: str) -> ProcessEnv:
+        """What the backend set for this process, which answers to `identity`."""
         job_dir = os.environ.get(JOB_DIR_ENV)
         if not job_dir:
             raise SystemExit(f"{JOB_DIR_ENV} is not set: job processes are started by a backend")
@@ -61,19 +69,33 @@ class ProcessEnv:
             tuple(a for a in ps.split(",") if a),
             os.environ.get(BIND_HOST_ENV, ""),
             int(os.environ.get(BULK_PORT_ENV) or 0),
+            tls_dir_from_environ(),
+            identity,
         )
 
     def to_environ(self) -> dict[str, str]:
-        return {
+        """What the processes this one starts (the master's workers and PS) are given."""
+        env = {
             TOKEN_ENV: self.token,
             JOB_DIR_ENV: str(self.job_dir),
             MASTER_ENV: self.master_addr,
             PS_ENV: ",".join(self.ps_addrs),
         }
+        if self.tls_dir is not None:
+            env[TLS_DIR_ENV] = str(self.tls_dir)
+        return env
+
+    @cached_property
+    def tls(self) -> JobTls | None:
+        """This process's TLS material, or None when the job runs in plaintext."""
+        if self.tls_dir is None:
+            return None
+        return JobTls.load(self.tls_dir, self.identity)
 
     def master(self) -> rpc.MasterStub:
         """The job's master, with the patience every job process has for it."""
-        return rpc.MasterStub(open_channel(self.master_addr, self.token, "master", MASTER_PATIENCE))
+        channel = open_channel(self.master_addr, self.token, MASTER, MASTER_PATIENCE, self.tls)
+        return rpc.MasterStub(channel)
 
     def ps_listen_address(self, ps_id: int) -> tuple[str, str]:
         """(where PS `ps_id` listens, its fixed address or "" when it is the port bound)."""
@@ -96,3 +118,9 @@ class ProcessEnv:
         """The resolved data sources: {'train': [...], 'validation': [...]}."""
         raw = json.loads(self.files.sources.read_text())
         return {k: [SourceInfo.from_dict(s) for s in v] for k, v in raw.items()}
+
+
+def tls_dir_from_environ() -> Path | None:
+    """Where the job's TLS files are, if the job has TLS."""
+    where = os.environ.get(TLS_DIR_ENV)
+    return Path(where) if where else None

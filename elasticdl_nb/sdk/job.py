@@ -24,6 +24,7 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.patience import Patience, PeerUnreachable
+from elasticdl_nb.runtime.protocol.tls import MASTER
 from elasticdl_nb.sdk.errors import (
     JobFailed,
     JobNotRunning,
@@ -98,7 +99,9 @@ class Job:
             return None
         if self._stub is None or self._stub_address != address:
             self._stub = rpc.MasterStub(
-                open_channel(address, self._record.token, "master", NOTEBOOK_PATIENCE)
+                open_channel(
+                    address, self._record.token, MASTER, NOTEBOOK_PATIENCE, self._record.tls
+                )
             )
             self._stub_address = address
         return self._stub

@@ -139,6 +139,12 @@ class JobSpec:
         "it goes on with fewer workers; a PS that long pending fails the job.",
         minimum=1,
     )
+    # Security.
+    tls: bool = _opt(
+        False,
+        "Encrypt a local job's connections (gRPC, the PS bulk channel, the allreduce ring) "
+        "with mutual TLS, under certificates made for the job. Kubernetes jobs always do.",
+    )
     # Kubernetes (--backend kubernetes); see elasticdl_nb/spec/kubernetes.py.
     kubeconfig: str = _opt(
         "", "The kubeconfig to reach the cluster with (default: $KUBECONFIG, ~/.kube/config)."

@@ -22,6 +22,15 @@ have_all() {
     local b
     for b in "${NODE_BINARIES[@]}" pause; do [ -x "$BIN/$b" ] || return 1; done
 }
+# tcpdump: the TLS test captures the pods' traffic on the node's bridge (issue 20).
+if ! command -v tcpdump >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    echo "== apt-get install tcpdump"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq tcpdump >/dev/null
+fi
+
 if have_all; then
     echo "${NODE_BINARIES[*]} pause present in $BIN"
     exit 0

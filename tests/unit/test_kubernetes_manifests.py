@@ -92,6 +92,26 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
         "digits-ps-0.ml.svc:50002,digits-ps-1.ml.svc:50002"
     )
     assert env["MODE"]["value"] == "test"
+    # The TLS files are in the Secret too (placeholders here), every name's; each pod
+    # mounts the authority's certificate and its own name's pair, read-only, no more.
+    assert set(secret["stringData"]) == {
+        "token", "ca.crt", *(f"{n}.{ext}" for n in
+                             ("master", "worker", "notebook", "ps-0", "ps-1")
+                             for ext in ("crt", "key"))
+    }  # fmt: skip
+    master_pod = {**by_name[("Job", "digits-master")]["spec"]["template"], "kind": "Pod"}
+    for pod, own in [(master_pod, "master"), (worker, "worker"),
+                     (by_name[("Pod", "digits-ps-1")], "ps-1")]:  # fmt: skip
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "tls")
+        assert volume["secret"]["secretName"] == "digits-token"
+        assert volume["secret"]["defaultMode"] == 0o440
+        mounted = {i["key"] for i in volume["secret"]["items"]}
+        assert mounted == {"ca.crt", f"{own}.crt", f"{own}.key"}
+        main = pod["spec"]["containers"][0]
+        mount = next(v for v in main["volumeMounts"] if v["name"] == "tls")
+        assert mount["readOnly"] is True
+        tls_dir = next(e for e in main["env"] if e["name"] == "ELASTICDL_NB_TLS_DIR")
+        assert tls_dir["value"] == mount["mountPath"]
     assert container["command"][-2:] == ["--id", "1"]
     assert container["resources"] == {
         "requests": {"cpu": "500m", "memory": "1Gi"},

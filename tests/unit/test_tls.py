@@ -83,12 +83,11 @@ def test_grpc_refuses_at_the_handshake(job_files, ps0_server, client):
 def _framed_server(tls: JobTls, received: list):
     """A listener that serves one TLS connection: one frame in, the same frame back."""
     listener = listen_socket("127.0.0.1")
-    context = tls.server_context()
 
     def serve():
         conn, _ = listener.accept()
         try:
-            with context.wrap_socket(conn, server_side=True) as secure:
+            with tls.server_socket(conn) as secure:
                 kind, message, buffers = recv_frame(secure, 10, 10)
                 received.append((bytes(message), buffers))
                 send_frame(secure, bytes(message), buffers)
@@ -105,9 +104,9 @@ def test_frames_travel_over_tls_with_large_buffers(job_files):
     received: list = []
     port = _framed_server(_tls(job_files, "ps-0"), received)
     tensor = np.arange(4 << 20, dtype=np.float32)  # 16 MiB: many TLS records
-    context = _tls(job_files, "worker").client_context()
+    worker = _tls(job_files, "worker")
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with context.wrap_socket(raw, server_hostname="ps-0") as secure:
+        with worker.client_socket(raw, "ps-0") as secure:
             send_frame(secure, b"push", [tensor])
             _, message, buffers = recv_frame(secure, 10, 10)
     assert message == b"push"
@@ -125,6 +124,6 @@ def test_frames_refuse_a_stranger_at_the_handshake(job_files, client):
         tls, name = _tls(job_files, "worker"), "master"
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         with pytest.raises((ssl.SSLError, ConnectionError)):
-            with tls.client_context().wrap_socket(raw, server_hostname=name) as secure:
+            with tls.client_socket(raw, name) as secure:
                 send_frame(secure, b"push")
                 recv_frame(secure, 10, 10)

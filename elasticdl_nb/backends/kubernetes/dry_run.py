@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.spec import JobSpec
 
 # Values only known at launch, shown as what they are rather than invented.
@@ -19,7 +20,9 @@ def job_manifests(spec: JobSpec, name: str, job_dir: Path) -> list[dict[str, Any
     from elasticdl_nb.backends.kubernetes.submit import job_objects
 
     owner = m.owner_reference(m.master_name(name), JOB_UID_PLACEHOLDER)
-    objects = job_objects(spec, name, job_dir, TOKEN_PLACEHOLDER)
+    names = tls.job_names(spec.parameter_servers)
+    placeholders = {file: TOKEN_PLACEHOLDER for n in names for file in tls.files_of(n)}
+    objects = job_objects(spec, name, job_dir, TOKEN_PLACEHOLDER, placeholders)
     for obj in objects[1:]:  # as submit() makes them: owned by the master's Job
         obj["metadata"]["ownerReferences"] = [owner]
     addresses = m.Addresses.service_dns(spec, name)

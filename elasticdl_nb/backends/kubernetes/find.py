@@ -1,7 +1,7 @@
 """Finding Kubernetes jobs by label, for `attach` and `jobs` from a notebook other than
 the one that started them: the master's Job says the job exists (its current master pod
-whether it runs), its Secret holds the token, its Service the address, its ConfigMap the
-spec (for the shared volume)."""
+whether it runs), its Secret holds the token and the notebook's TLS files, its Service the
+address, its ConfigMap the spec (for the shared volume)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import call, client_for, created
 from elasticdl_nb.backends.kubernetes.backend import KubernetesBackend
 from elasticdl_nb.runtime.job_dir import JobDir
+from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.vocabulary import JobState
 
 # What a job whose master pod is in this phase is (the pod's phase says no more than
@@ -100,4 +101,8 @@ def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.J
         },
     )
     job_records.save_record(record)
+    notebook_files = tls.files_of(tls.NOTEBOOK)
+    if all(f in secret["data"] for f in notebook_files):  # (a job made before TLS has none)
+        files = {f: base64.b64decode(secret["data"][f]) for f in notebook_files}
+        tls.write(record.files.tls, files)
     return record

@@ -1,7 +1,8 @@
 """Every Kubernetes object of a job, as plain dicts, from its JobSpec.
 
 The notebook creates four: the master's Job (a `batch/v1` Job whose one pod is the
-master), the master's Service, the model bundle's ConfigMap and the token's Secret. The
+master), the master's Service, the model bundle's ConfigMap and the job's Secret (its
+token, and its TLS authority's certificate with each name's certificate and key). The
 master creates the rest: a pod per worker and PS and a Service per PS (a relaunched PS
 keeps its address). Everything is owned by the Job, which outlives any master pod: the
 kubelet restarts a master container that dies in its pod, the Job controller makes a new
@@ -28,7 +29,9 @@ from elasticdl_nb.runtime.process_env import (
     JOB_DIR_ENV,
     MASTER_ENV,
     PS_ENV,
+    TLS_DIR_ENV,
 )
+from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.spec.kubernetes import parse_env, parse_resources
@@ -39,6 +42,10 @@ MASTER_PORT, PS_PORT, PS_BULK_PORT = 50001, 50002, 50003
 JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
 BUNDLE_MOUNT = "/etc/elasticdl-nb/job"  # the ConfigMap: spec, sources, model bundle
 TOKEN_KEY = "token"
+# The Secret's TLS files that a pod's own name needs (the authority's certificate, its
+# certificate and key): read-only, readable by the runtime's group only.
+TLS_MOUNT = "/etc/elasticdl-nb/tls"
+TLS_FILE_MODE = 0o440
 RUNTIME_GID = 1000  # the runtime image's user and group (deploy/Dockerfile)
 # How often the master may fail before its Job gives up (the local supervisor's 20
 # restarts); a deleted or evicted master pod is not counted.
@@ -162,13 +169,27 @@ def bundle_volume(name: str, paths: list[str]) -> dict[str, Any]:
     }
 
 
-def token_secret(spec: JobSpec, name: str, token: str) -> dict[str, Any]:
+def token_secret(spec: JobSpec, name: str, token: str, tls_files: dict[str, str]) -> dict[str, Any]:
+    """The job's Secret: its token, and `tls_files` (tls.issue's, as text: PEM is ASCII),
+    of which each pod mounts only its own name's (`_tls_volume`)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _meta(spec, name, secret_name(name)),
         "type": "Opaque",
-        "stringData": {TOKEN_KEY: token},
+        "stringData": {TOKEN_KEY: token, **tls_files},
+    }
+
+
+def _tls_volume(name: str, identity: str) -> dict[str, Any]:
+    files = tls.files_of(identity)
+    return {
+        "name": "tls",
+        "secret": {
+            "secretName": secret_name(name),
+            "defaultMode": TLS_FILE_MODE,
+            "items": [{"key": f, "path": f} for f in files],
+        },
     }
 
 
@@ -304,6 +325,7 @@ def _pod(
     env = [{"name": k, "value": v} for k, v in parse_env(spec.env).items()]
     env += role_env + [
         {"name": JOB_DIR_ENV, "value": _job_dir(name)},
+        {"name": TLS_DIR_ENV, "value": TLS_MOUNT},
         {"name": LOG_DIR_ENV, "value": f"{_job_dir(name)}/logs"},
         {"name": BIND_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {  # from the Secret: never on a command line or in the pod spec itself
@@ -318,14 +340,17 @@ def _pod(
         "command": command,
         "env": env,
         "resources": {"requests": requests, "limits": limits},
-        "volumeMounts": [{"name": "job", "mountPath": JOB_MOUNT}],
+        "volumeMounts": [
+            {"name": "job", "mountPath": JOB_MOUNT},
+            {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
+        ],
     }
     if ports:
         container["ports"] = [{"containerPort": p} for p in ports]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # the master decides about relaunches, not the kubelet
         "containers": [container],
-        "volumes": [_job_volume(spec)],
+        "volumes": [_job_volume(spec), _tls_volume(name, _identity(role, index))],
         # The image runs as user 1000 (deploy/Dockerfile); a shared volume's files become
         # writable for it through this group.
         "securityContext": {"fsGroup": RUNTIME_GID},
@@ -342,6 +367,13 @@ def _pod(
         "metadata": _meta(spec, name, obj_name, owner, role=role, index=index),
         "spec": pod_spec,
     }
+
+
+def _identity(role: str, index: int | None) -> str:
+    """The name a pod's certificate answers to."""
+    if role == "ps":
+        return tls.ps_name(index)
+    return tls.MASTER if role == "master" else tls.WORKER
 
 
 def _job_volume(spec: JobSpec) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from elasticdl_nb.backends.kubernetes.master_signals import take_over_sigterm
 from elasticdl_nb.runtime.job_dir import JobDir, read_json
 from elasticdl_nb.runtime.master.site import EventSink
 from elasticdl_nb.runtime.protocol.channels import listen
+from elasticdl_nb.runtime.protocol.tls import JobTls
 from elasticdl_nb.spec import JobSpec
 
 log = logging.getLogger("elasticdl_nb.master")
@@ -86,12 +87,12 @@ class KubernetesSite:
     def ps_addrs(self) -> list[str]:
         return list(self.addresses.ps)
 
-    def bind(self, server) -> str:
+    def bind(self, server, tls: JobTls | None) -> str:
         """Listen on every address of the pod at the master's port; returns the address
         to advertise (its Service's). Not only the pod IP: a port-forward (how a notebook
         outside the cluster reaches the master) arrives on the pod's loopback, where the
         container runtime dials `localhost:<port>` inside the pod's network namespace."""
-        listen(server, f"0.0.0.0:{m.MASTER_PORT}")
+        listen(server, f"0.0.0.0:{m.MASTER_PORT}", tls)
         return self.address
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> PodLauncher:

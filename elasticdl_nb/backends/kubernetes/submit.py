@@ -1,4 +1,5 @@
-"""Start a Kubernetes job from the notebook: its master's Job, Service, ConfigMap and Secret.
+"""Start a Kubernetes job from the notebook: its master's Job, Service, ConfigMap and Secret
+(the token and the job's TLS files, made here: protocol/tls.py).
 
 The Job comes first, and the other three are owned by it, so deleting the Job deletes the
 whole job (its pod waits for the ConfigMap and Secret, as every pod does for the volumes
@@ -18,14 +19,19 @@ from typing import Any
 from elasticdl_nb.backends.job_records import JobRecord, save_record
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
+from elasticdl_nb.runtime.job_dir import JobDir
+from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.spec import JobSpec, SpecError
 
 # A ConfigMap's data is capped at 1 MiB by the API server (etcd's object size).
 CONFIGMAP_LIMIT = 1024 * 1024
 
 
-def job_objects(spec: JobSpec, name: str, job_dir: Path, token: str) -> list[dict[str, Any]]:
-    """The four objects, the master's Job first."""
+def job_objects(
+    spec: JobSpec, name: str, job_dir: Path, token: str, tls_files: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The four objects, the master's Job first; the Secret holds `token` and
+    `tls_files`."""
     files = m.bundle_files(spec, name, job_dir)
     size = sum(len(v) for v in files.values())
     if size > CONFIGMAP_LIMIT:
@@ -42,7 +48,7 @@ def job_objects(spec: JobSpec, name: str, job_dir: Path, token: str) -> list[dic
         m.master_job(spec, name, list(files)),
         m.master_service(spec, name),
         m.bundle_configmap(spec, name, files),
-        m.token_secret(spec, name, token),
+        m.token_secret(spec, name, token, tls_files),
     ]
 
 
@@ -56,7 +62,10 @@ def submit(spec: JobSpec, name: str, job_dir: Path, token: str, api_client=None)
             "A Kubernetes job needs shared_volume= ('pvc:CLAIM' or 'hostPath:/dir'): its "
             "checkpoints, journal and exported model must outlive any one pod."
         )
-    objects = job_objects(spec, name, job_dir, token)
+    # The job's TLS files: made here, kept in its Secret; of the keys only the notebook's
+    # own is written on this machine (to reach the master), once the job is created.
+    issued = tls.issue(tls.job_names(spec.parameter_servers), name)
+    objects = job_objects(spec, name, job_dir, token, {f: d.decode() for f, d in issued.items()})
     api_client = api_client or client_for(spec.kubeconfig)
     api, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     template = objects[0]["spec"]["template"]
@@ -92,6 +101,7 @@ def submit(spec: JobSpec, name: str, job_dir: Path, token: str, api_client=None)
             if "Job" in made:  # the rest goes with it (garbage collection)
                 delete_job(batch, name, spec.namespace, quietly=True)
             raise
+    tls.write(JobDir(job_dir).tls, {f: issued[f] for f in tls.files_of(tls.NOTEBOOK)})
     return made
 
 

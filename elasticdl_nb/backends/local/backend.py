@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from elasticdl_nb.backends.backend import Backend, MasterLink
-from elasticdl_nb.backends.job_records import JobRecord
+from elasticdl_nb.backends.job_records import JobRecord, issue_certificates
 from elasticdl_nb.backends.local.master_link import LocalMasterLink
 from elasticdl_nb.backends.local.master_site import LocalSite
 from elasticdl_nb.backends.local.submit import start_master
@@ -16,7 +16,8 @@ class LocalBackend(Backend):
     name = "local"
 
     def submit(self, spec: JobSpec, record: JobRecord) -> None:
-        del spec  # the master reads it from the job directory
+        if spec.tls:  # every name's certificate, in the (owner-only) job directory
+            issue_certificates(record, spec.parameter_servers)
         start_master(record)
 
     def link(self, record: JobRecord) -> MasterLink:

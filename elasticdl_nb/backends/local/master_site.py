@@ -18,6 +18,7 @@ from pathlib import Path
 from elasticdl_nb.backends.local.supervised import SupervisedProcesses
 from elasticdl_nb.runtime.master.site import EventSink
 from elasticdl_nb.runtime.protocol.channels import listen
+from elasticdl_nb.runtime.protocol.tls import JobTls
 
 
 def master_address(job_dir: Path) -> str:
@@ -34,10 +35,10 @@ class LocalSite:
     def open(self) -> None:
         pass  # nothing to learn: every address is bound when its server starts
 
-    def bind(self, server) -> str:
+    def bind(self, server, tls: JobTls | None) -> str:
         """Listen at the job's master address; returns it."""
         address = master_address(self.job_dir)
-        listen(server, address)
+        listen(server, address, tls)
         return address
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> SupervisedProcesses:

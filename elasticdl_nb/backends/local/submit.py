@@ -20,6 +20,7 @@ from pathlib import Path
 from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE, JobRecord
 from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.runtime.job_dir import SUPERVISOR, log_tail
+from elasticdl_nb.runtime.process_env import TLS_DIR_ENV
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 
 MASTER_START_TIMEOUT = 60.0
@@ -36,6 +37,9 @@ def start_master(record: JobRecord) -> dict:
     logs.mkdir(exist_ok=True)
     env = dict(os.environ)
     env[TOKEN_ENV] = record.token
+    env.pop(TLS_DIR_ENV, None)  # (a notebook that is itself a job's process: not its TLS)
+    if record.tls is not None:  # the job has TLS: every process reads its files there
+        env[TLS_DIR_ENV] = str(record.files.tls)
     # The supervisor forks the master, workers and PS; gRPC's fork handlers, were any
     # process to fork while its gRPC threads run, would then run in the child before exec
     # and can abort it. Nothing forked uses gRPC.

@@ -14,17 +14,18 @@ import numpy as np
 
 from elasticdl_nb.runtime.collective.ring import PeerLost, RingListener, connect
 from elasticdl_nb.runtime.protocol.frames import recv_frame, send_frame
+from elasticdl_nb.runtime.protocol.tls import JobTls
 
 
 def send_arrays(
     address: str, token: str, version: int, me: int, peer: int, arrays: list[np.ndarray],
-    timeout: float, purpose: str = "handoff",
+    timeout: float, purpose: str = "handoff", tls: JobTls | None = None,
 ) -> None:  # fmt: skip
     """Send `arrays` to member `peer` (listening at `address`) as `me` in `version`.
     `purpose`: "handoff" (the receiver names the sender) or "state" (it takes anyone's)."""
     arrays = [np.asarray(a, order="C") for a in arrays]  # (ascontiguousarray makes 0-d 1-d)
     layout = [[a.dtype.str, list(a.shape)] for a in arrays]
-    sock = connect(address, token, version, me, peer, timeout, purpose=purpose)
+    sock = connect(address, token, version, me, peer, timeout, purpose=purpose, tls=tls)
     try:
         send_frame(sock, json.dumps(layout).encode(), arrays)
     except OSError as exc:

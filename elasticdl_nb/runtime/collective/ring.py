@@ -1,4 +1,5 @@
-"""Ring allreduce among the members of a group, over frames.py on plain TCP.
+"""Ring allreduce among the members of a group, over frames.py on TCP (inside mutual TLS
+when the job has it: every member shows the job's one worker certificate, tls.py).
 
 A group is an ordered list of members (worker id, address) with a version. Each member
 listens (`RingListener`) for its predecessor, and connects to its successor (`Ring`).
@@ -25,14 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elasticdl_nb.runtime.protocol import frames
 from elasticdl_nb.runtime.protocol.frames import (
     READY,
     accept_hello,
     greet,
     listen_socket,
     recv_frame,
+    secure_accepted,
     send_frame,
 )
+from elasticdl_nb.runtime.protocol.tls import WORKER, JobTls
 
 CONNECT_TIMEOUT = 10.0
 NEWS_RANGE = 16  # see Ring.allreduce_with_news
@@ -80,8 +84,8 @@ class RingListener:
     (group version, worker id, purpose): "ring" for a predecessor's ring link, "handoff"
     for arrays sent point to point (handoff.py)."""
 
-    def __init__(self, host: str, token: str, owner: int, port: int = 0):
-        self._token, self._name = token, member_name(owner)
+    def __init__(self, host: str, token: str, owner: int, port: int = 0, tls: JobTls | None = None):
+        self._token, self._name, self._tls = token, member_name(owner), tls
         self._listener = listen_socket(host, port)
         self.address = f"{host}:{self._listener.getsockname()[1]}"
         self._waiting: dict[tuple[int, int], socket.socket] = {}
@@ -139,6 +143,7 @@ class RingListener:
     def _admit(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(CONNECT_TIMEOUT)
+            conn = secure_accepted(conn, self._tls)
             if not accept_hello(conn, self._token, self._name):
                 conn.close()
                 return
@@ -149,7 +154,6 @@ class RingListener:
         except (OSError, ValueError, KeyError):
             conn.close()
             return
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._arrived:
             if self._closed:
                 conn.close()
@@ -162,7 +166,14 @@ class RingListener:
 
 
 def connect(
-    address: str, token: str, version: int, me: int, peer: int, timeout: float, purpose="ring"
+    address: str,
+    token: str,
+    version: int,
+    me: int,
+    peer: int,
+    timeout: float,
+    purpose: str = "ring",
+    tls: JobTls | None = None,
 ) -> socket.socket:
     """A link to member `peer`'s listener at `address`, introduced as `me` in group
     `version`; retried while the peer is still starting to listen."""
@@ -170,8 +181,7 @@ def connect(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            sock = socket.create_connection((host, int(port)), timeout=timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = frames.connect(host, int(port), timeout, tls, WORKER)
             greet(sock, token, member_name(peer))
             intro = {"version": version, "worker": me, "purpose": purpose}
             send_frame(sock, json.dumps(intro).encode())
@@ -188,7 +198,15 @@ class Ring:
     """This member's place in one group version: a connection to its successor and one
     from its predecessor. Make a new Ring for every new group version."""
 
-    def __init__(self, group: Group, me: int, listener: RingListener, token: str, timeout: float):
+    def __init__(
+        self,
+        group: Group,
+        me: int,
+        listener: RingListener,
+        token: str,
+        timeout: float,
+        tls: JobTls | None = None,
+    ):
         self.group, self.me = group, me
         (self.pred, _), (self.succ, succ_address) = group.neighbours(me)
         self._out: socket.socket | None = None
@@ -197,7 +215,7 @@ class Ring:
         self._send_error: list[BaseException] = []
         if group.size == 1:
             return
-        self._out = connect(succ_address, token, group.version, me, self.succ, timeout)
+        self._out = connect(succ_address, token, group.version, me, self.succ, timeout, tls=tls)
         try:
             self._in = listener.take(group.version, self.pred, timeout)
         except PeerLost:

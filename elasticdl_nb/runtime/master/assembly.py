@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.allreduce_group import AllreduceGroup
@@ -27,14 +29,18 @@ from elasticdl_nb.runtime.master.job_master import JobMaster
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.ps_strategy import PsStrategy
 from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
+from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.runtime.protocol.tls import JobTls, ps_name
 from elasticdl_nb.spec import JobSpec
 
-# spec.strategy -> (the job, the spec, fixed PS addresses, token) -> its strategy
-STRATEGIES: dict[str, Callable[[JobControl, JobSpec, list[str], str], TrainingStrategy]] = {
-    "ps": lambda job, spec, ps_addrs, token: PsStrategy(
-        job, spec.parameter_servers, ps_addrs, token
+# (PS id, address) -> a channel to that PS with the job's credentials
+PsChannel = Callable[[int, str], grpc.Channel]
+# spec.strategy -> (the job, the spec, fixed PS addresses, PS channels) -> its strategy
+STRATEGIES: dict[str, Callable[[JobControl, JobSpec, list[str], PsChannel], TrainingStrategy]] = {
+    "ps": lambda job, spec, ps_addrs, ps_channel: PsStrategy(
+        job, spec.parameter_servers, ps_addrs, ps_channel
     ),
-    "allreduce": lambda job, spec, ps_addrs, token: AllreduceGroup(job, spec.workers),
+    "allreduce": lambda job, spec, ps_addrs, ps_channel: AllreduceGroup(job, spec.workers),
 }
 
 
@@ -44,6 +50,7 @@ def build_master(
     journal: Journal,
     *,
     token: str,
+    tls: JobTls | None = None,
     train: list[SourceInfo],
     validation: list[SourceInfo],
     launcher_for: LauncherFor,
@@ -54,19 +61,24 @@ def build_master(
 
     `launcher_for(on_event)` makes the launcher of its instances (the site's, with the
     process environment bound). `ps_addrs` are the PS addresses when they are fixed before
-    any PS starts (else each PS reports where it serves). `load_contract` gives the
+    any PS starts (else each PS reports where it serves). `token` and `tls` are what it
+    reaches the PS with (`tls` None: plaintext). `load_contract` gives the
     model's contract for merging evaluation metrics; by default the job's bundle is
     loaded on first use. Nothing is started: `master.instances.start()` launches the
     instances and `master.run()` drives the job."""
     make_strategy = STRATEGIES[spec.strategy]
     fixed = list(ps_addrs or [])
+
+    def ps_channel(ps_id: int, address: str) -> grpc.Channel:
+        return open_channel(address, token, ps_name(ps_id), tls=tls)
+
     return JobMaster(
         spec,
         journal,
         train,
         validation,
         job_dir,
-        strategy_for=lambda job: make_strategy(job, spec, fixed, token),
+        strategy_for=lambda job: make_strategy(job, spec, fixed, ps_channel),
         launcher_for=launcher_for,
         load_contract=load_contract or _bundle_loader(job_dir),
     )

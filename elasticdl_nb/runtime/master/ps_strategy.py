@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
+
+import grpc
 
 from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
-from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role
 
 log = logging.getLogger("elasticdl_nb.master")
@@ -38,8 +40,15 @@ class PsStrategy:
     idle_wait_seconds = 0.05
     stops_unwanted_on_report = True
 
-    def __init__(self, job: JobControl, num_ps: int, fixed_addresses: list[str], token: str):
-        self._job, self._token = job, token
+    def __init__(
+        self,
+        job: JobControl,
+        num_ps: int,
+        fixed_addresses: list[str],
+        ps_channel: Callable[[int, str], grpc.Channel],
+    ):
+        """`ps_channel(ps_id, address)`: a channel to that PS, with the job's credentials."""
+        self._job, self._ps_channel = job, ps_channel
         # Where each PS serves ("" while it is not up) and a stub for it. Fixed addresses
         # (a Service per PS) are known now; elsewhere each PS reports the port it bound.
         self.addresses = list(fixed_addresses) or [""] * num_ps
@@ -61,9 +70,7 @@ class PsStrategy:
                 return  # a retried report: this PS is counted already
             self._incarnations[ps_id] = incarnation
             self.addresses[ps_id] = address
-            self.stubs[ps_id] = rpc.ParameterServerStub(
-                open_channel(address, self._token, f"ps-{ps_id}")
-            )
+            self.stubs[ps_id] = rpc.ParameterServerStub(self._ps_channel(ps_id, address))
             if self._up[ps_id]:  # a relaunched PS: what did it lose?
                 lost = max(0, self._seen_version[ps_id] - max(restored_version, 0))
                 job.journal.append(
@@ -225,7 +232,5 @@ class PsStrategy:
         with self._job.lock:
             for ps_id, address in enumerate(self.addresses):
                 if address and self._up[ps_id]:
-                    self.stubs[ps_id] = rpc.ParameterServerStub(
-                        open_channel(address, self._token, f"ps-{ps_id}")
-                    )
+                    self.stubs[ps_id] = rpc.ParameterServerStub(self._ps_channel(ps_id, address))
             self._needs_reconcile = True

@@ -11,6 +11,7 @@ which picks the site by the job's backend, sits above the runtime
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -25,10 +26,11 @@ from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.service import MasterService
 from elasticdl_nb.runtime.master.site import MasterSite
 from elasticdl_nb.runtime.master.tensorboard_log import TensorBoardLog
-from elasticdl_nb.runtime.process_env import ProcessEnv
+from elasticdl_nb.runtime.process_env import ProcessEnv, tls_dir_from_environ
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import token_from_env
 from elasticdl_nb.runtime.protocol.channels import make_server
+from elasticdl_nb.runtime.protocol.tls import MASTER
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import JobState
 
@@ -40,7 +42,7 @@ SUPERVISOR_PID_ENV = "ELASTICDL_NB_SUPERVISOR_PID"
 def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> None:
     """Run the job in `job_dir` to its end; `site_for(spec, job_dir)` makes the site."""
     token = token_from_env()
-    env = ProcessEnv(token, job_dir, "", ())
+    env = ProcessEnv(token, job_dir, "", (), tls_dir=tls_dir_from_environ(), identity=MASTER)
     files = env.files
     spec = JobSpec.from_json(files.spec.read_text())
     name = spec.name
@@ -48,7 +50,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     train, validation = sources["train"], sources["validation"]
 
     # Each worker may hold a thread for up to a second while it long-polls for a task.
-    server = make_server(token, "master", threads=64)
+    server = make_server(token, MASTER, threads=64)
     site = site_for(spec, job_dir)
     try:
         site.open()
@@ -62,8 +64,8 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         write_json(files.state, status)
         site.job_ended(status)
         raise SystemExit(1) from None
-    address = site.bind(server)
-    env = ProcessEnv(token, job_dir, address, tuple(site.ps_addrs))
+    address = site.bind(server, env.tls)
+    env = dataclasses.replace(env, master_addr=address, ps_addrs=tuple(site.ps_addrs))
 
     journal = Journal(files.events)  # a new master continues an earlier one's journal
     # (follows the journal from where the event file ends: tensorboard_log.py)
@@ -73,6 +75,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         job_dir,
         journal,
         token=token,
+        tls=env.tls,
         train=train,
         validation=validation,
         launcher_for=lambda on_event: site.launcher(env.to_environ(), on_event),

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from elasticdl_nb.runtime.protocol.tls import JobTls
 from elasticdl_nb.vocabulary import INSTANCE_ENDED, InstanceState
 
 
@@ -81,8 +82,9 @@ class MasterSite(Protocol):
         cluster, and fail; the job then fails with the reason."""
         ...
 
-    def bind(self, server: grpc.Server) -> str:
-        """Make `server` listen; returns the address the master is reached at."""
+    def bind(self, server: grpc.Server, tls: JobTls | None) -> str:
+        """Make `server` listen (serving TLS with `tls`, `channels.listen`); returns the
+        address the master is reached at."""
         ...
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> InstanceLauncher:

@@ -12,11 +12,12 @@ message carries the small fields and each large tensor is marked out of band
 the array's memory and received into buffers that the arrays are then built on.
 
 A PS listens on a TCP port of its own host (`bulk_server.py`); a worker learns the port
-with the GetBulkEndpoint RPC. The wire format is frames.py's: a token handshake, then
-frames. A request frame carries a serialized PushPullRequest, a reply frame a PushPullResponse,
-an error frame (kind 1) "<grpc status code name>\\n<details>" in UTF-8. Failures surface
-as `BulkError`, a `grpc.RpcError` with the status codes gRPC would give, so callers
-handle both transports alike.
+with the GetBulkEndpoint RPC. The wire format is frames.py's: a TLS session when the job
+has one, a token handshake, then frames. A request frame carries a serialized
+PushPullRequest, a reply frame a PushPullResponse, an error frame (kind 1)
+"<grpc status code name>\\n<details>" in UTF-8. Failures surface as `BulkError`, a
+`grpc.RpcError` with the status codes gRPC would give, so callers handle both transports
+alike.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import grpc
 import numpy as np
 
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol.frames import ERROR, greet, recv_frame, send_frame
+from elasticdl_nb.runtime.protocol.frames import ERROR, connect, greet, recv_frame, send_frame
+from elasticdl_nb.runtime.protocol.tls import JobTls
 
 
 class BulkError(grpc.RpcError):
@@ -70,9 +72,10 @@ class BulkClient:
         peer: str,
         find_port: Callable[[], int],
         timeout: float = 60.0,
+        tls: JobTls | None = None,
     ):
         self.host, self.timeout = host, timeout
-        self._token, self._peer = token, peer
+        self._token, self._peer, self._tls = token, peer, tls
         self._find_port = find_port  # may raise grpc.RpcError: it is a gRPC call
         self._port: int | None = None
         self._local = threading.local()
@@ -104,14 +107,13 @@ class BulkClient:
         if self._port is None:
             self._port = self._find_port()
         try:
-            sock = socket.create_connection((self.host, self._port), timeout=self.timeout)
-        except OSError as err:
+            sock = connect(self.host, self._port, self.timeout, self._tls, self._peer)
+        except OSError as err:  # refused, or (TLS) not this job's `peer`
             self._port = None
             raise BulkError(
                 grpc.StatusCode.UNAVAILABLE, f"bulk connect to {self.host}: {err}"
             ) from err
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             greet(sock, self._token, self._peer)
         except OSError as err:
             sock.close()

@@ -1,6 +1,7 @@
 """The PS's end of the bulk channel (wire format in bulk.py): a TCP listener beside the
 gRPC server, each accepted connection served on its own thread once it has shown the job
-token, every request handed to the same PushPull logic the gRPC handler uses.
+token (inside a TLS session whose client showed this job's certificate, when the job has
+TLS), every request handed to the same PushPull logic the gRPC handler uses.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from elasticdl_nb.runtime.protocol.frames import (
     accept_hello,
     listen_socket,
     recv_frame,
+    secure_accepted,
     send_frame,
 )
+from elasticdl_nb.runtime.protocol.tls import JobTls
 
 log = logging.getLogger("elasticdl_nb.bulk")
 
@@ -46,8 +49,9 @@ class BulkServer:
         handle: Handler,
         port: int = 0,
         timeout: float = 60.0,
+        tls: JobTls | None = None,
     ):
-        self._token, self._identity = token, identity
+        self._token, self._identity, self._tls = token, identity, tls
         self._handle, self._timeout = handle, timeout
         self._listener = listen_socket(host, port)
         self.port: int = self._listener.getsockname()[1]
@@ -86,15 +90,16 @@ class BulkServer:
                 target=self._serve, args=(conn, peer), daemon=True, name=f"bulk-{peer}"
             ).start()
 
-    def _authenticated(self, conn: socket.socket) -> bool:
-        conn.settimeout(self._timeout)
-        return accept_hello(conn, self._token, self._identity)
-
     def _serve(self, conn: socket.socket, peer) -> None:
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if not self._authenticated(conn):
+            conn.settimeout(self._timeout)
+            try:
+                conn = self._secured(conn)
+            except OSError as err:
+                log.warning("bulk connection from %s refused at the TLS handshake: %s", peer, err)
+                return
+            if not accept_hello(conn, self._token, self._identity):
                 log.warning(
                     "bulk connection from %s refused: wrong job token or not for %s",
                     peer,
@@ -114,6 +119,19 @@ class BulkServer:
             with self._lock:
                 self._conns.discard(conn)
             conn.close()
+
+    def _secured(self, conn: socket.socket) -> socket.socket:
+        """`conn` after the TLS handshake (if the job has TLS), in place of the plain
+        one in the set `stop` cuts."""
+        secure = secure_accepted(conn, self._tls)
+        if secure is not conn:
+            with self._lock:
+                self._conns.discard(conn)
+                if self._stopped:
+                    secure.close()
+                    raise ConnectionAbortedError("the bulk server stopped")
+                self._conns.add(secure)
+        return secure
 
     def _reply(self, conn: socket.socket, message: bytearray, buffers: list[np.ndarray]) -> None:
         try:

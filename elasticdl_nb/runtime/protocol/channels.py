@@ -1,4 +1,5 @@
-"""Channels and servers with the job's settings: token, peer names, message size,
+"""Channels and servers with the job's settings: token, peer names, TLS when the job has
+it (tls.py: mutual, the server checked against the name meant), message size,
 keepalive, and ports that are never shared.
 
 Parameter tensors can be large, so the message limit is raised deliberately to
@@ -19,6 +20,7 @@ import grpc
 
 from elasticdl_nb.runtime.protocol.auth import TokenAdder, TokenCheck
 from elasticdl_nb.runtime.protocol.patience import Patience, PatientCalls
+from elasticdl_nb.runtime.protocol.tls import JobTls
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
@@ -48,15 +50,25 @@ class AddressTaken(OSError):
 
 
 def open_channel(
-    address: str, token: str, peer: str, patience: Patience | None = None
+    address: str,
+    token: str,
+    peer: str,
+    patience: Patience | None = None,
+    tls: JobTls | None = None,
 ) -> grpc.Channel:
-    """An insecure channel to the server named `peer` ("master", "ps-0") at `address`,
-    sending the job token on every call; with `patience`, unary calls ride out transient
-    failures (protocol/patience.py)."""
+    """A channel to the server named `peer` ("master", "ps-0") at `address`, sending the
+    job token on every call; with `patience`, unary calls ride out transient failures
+    (protocol/patience.py); with `tls`, over mutual TLS to a server that shows `peer`'s
+    certificate of this job (else plaintext)."""
     interceptors: list = [TokenAdder(token, peer)]
     if patience is not None:
         interceptors.append(PatientCalls(peer, address, patience))
-    return grpc.intercept_channel(grpc.insecure_channel(address, options=_OPTIONS), *interceptors)
+    if tls is None:
+        channel = grpc.insecure_channel(address, options=_OPTIONS)
+    else:
+        options = _OPTIONS + tls.channel_options(peer)
+        channel = grpc.secure_channel(address, tls.channel_credentials(), options=options)
+    return grpc.intercept_channel(channel, *interceptors)
 
 
 def make_server(token: str, identity: str, threads: int = 16) -> grpc.Server:
@@ -70,10 +82,14 @@ def make_server(token: str, identity: str, threads: int = 16) -> grpc.Server:
     )
 
 
-def listen(server: grpc.Server, address: str) -> int:
-    """Bind `server` to "host:port" (port 0: one the OS picks); returns the port bound."""
+def listen(server: grpc.Server, address: str, tls: JobTls | None = None) -> int:
+    """Bind `server` to "host:port" (port 0: one the OS picks), serving mutual TLS with
+    `tls` (else plaintext); returns the port bound."""
     try:
-        port = server.add_insecure_port(address)
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, tls.server_credentials())
     except RuntimeError as exc:  # grpcio raises "Failed to bind to address ..."
         raise AddressTaken(address, str(exc)) from None
     if not port:  # older grpcio returns 0 instead

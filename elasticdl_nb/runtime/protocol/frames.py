@@ -1,6 +1,8 @@
-"""Frames on a plain TCP socket between a job's processes: a token handshake, then
-messages with raw tensor buffers beside them. The PS's bulk channel (bulk.py) and the
-workers' collective ring (runtime/collective/) both speak it. Integers are big-endian:
+"""Frames on a TCP socket between a job's processes: a token handshake, then messages
+with raw tensor buffers beside them. The PS's bulk channel (bulk.py) and the workers'
+collective ring (runtime/collective/) both speak it, in plaintext or, when the job has
+TLS, inside a mutual TLS session (`connect`, `secure_accepted`; tls.py) that starts before
+the hello. Integers are big-endian:
 
     hello  (client, once per connection)  b"EDLBULK1", u16 length, token NUL listener name
     ready  (server, once)                 b"\\x01" (on a wrong token or another listener's
@@ -29,6 +31,7 @@ import numpy as np
 
 from elasticdl_nb.runtime.protocol.channels import MAX_MESSAGE_BYTES, AddressTaken
 from elasticdl_nb.runtime.protocol.tensors import as_bytes
+from elasticdl_nb.runtime.protocol.tls import JobTls
 
 HELLO = b"EDLBULK1"
 READY = b"\x01"
@@ -50,6 +53,28 @@ def listen_socket(host: str, port: int = 0) -> socket.socket:
         return socket.create_server((host, port), family=family, reuse_port=False)
     except OSError as exc:
         raise AddressTaken(f"{host}:{port}", exc.strerror or str(exc)) from None
+
+
+def connect(
+    host: str, port: int, timeout: float, tls: JobTls | None = None, tls_name: str = ""
+) -> socket.socket:
+    """A connection to a listener at host:port, with Nagle off (a frame is written whole
+    already); with `tls`, after a TLS handshake with a server that shows `tls_name`'s
+    certificate of this job. OSError (ssl.SSLError included) if either fails."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock if tls is None else tls.client_socket(sock, tls_name)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def secure_accepted(conn: socket.socket, tls: JobTls | None) -> socket.socket:
+    """An accepted connection, after the TLS handshake when there is `tls` (ssl.SSLError
+    for a client without a certificate of this job). Set its timeout first."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn if tls is None else tls.server_socket(conn)
 
 
 class FrameError(ConnectionError):

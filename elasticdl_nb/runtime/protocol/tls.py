@@ -1,4 +1,4 @@
-"""Transport security for a job's connections (issue 20; not yet wired into the job).
+"""Transport security for a job's connections: mutual TLS with a per-job authority.
 
 Each job gets its own certificate authority at submit, and from it one certificate per
 name a process of the job answers to: "master", "ps-0", "ps-1", ..., "worker" (every
@@ -15,14 +15,22 @@ not kept: nothing is signed after submit.
 
 Keys are EC P-256 (what TLS 1.3 handshakes fastest with); made by `cryptography`, used by
 gRPC's own TLS and Python's `ssl`: nothing here does cryptography itself.
+
+Where the files live: a local job's in its job directory (`tls/`, owner-only); a
+Kubernetes job's in its Secret, each pod mounting only the authority's certificate and
+its own role's pair. A process finds them through `TLS_DIR_ENV` (process_env.py); no
+such directory means plaintext, a local job's default.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+import socket
 import ssl
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import grpc
@@ -32,8 +40,24 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_FILE = "ca.crt"
+# The names a job's certificates answer to (ps_name(i) for each PS).
+MASTER, WORKER, NOTEBOOK = "master", "worker", "notebook"
 # A job's certificates outlive any job we expect; a job running longer must be resubmitted.
 VALIDITY = datetime.timedelta(days=365)
+
+
+def ps_name(index: int) -> str:
+    return f"ps-{index}"
+
+
+def job_names(parameter_servers: int) -> list[str]:
+    """Every name a job with that many PS has a certificate for."""
+    return [MASTER, WORKER, NOTEBOOK, *(ps_name(i) for i in range(parameter_servers))]
+
+
+def files_of(name: str) -> list[str]:
+    """The files a process named `name` needs: the authority's certificate, its own pair."""
+    return [CA_FILE, cert_file(name), key_file(name)]
 
 
 def cert_file(name: str) -> str:
@@ -80,6 +104,15 @@ def issue(names: list[str], job: str) -> dict[str, bytes]:
             serialization.NoEncryption(),
         )
     return files
+
+
+def write(directory: Path, files: dict[str, bytes]) -> None:
+    """`issue`'s files into `directory`, readable by their owner only."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for file, data in files.items():
+        fd = os.open(directory / file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
 
 
 def _builder(subject, issuer, public_key, now) -> x509.CertificateBuilder:
@@ -145,14 +178,27 @@ class JobTls:
         return [("grpc.ssl_target_name_override", peer)]
 
     # ---------------------------------------------------------------- raw sockets
+    # (one context per process and side: making one parses the PEM again)
 
+    @cached_property
     def server_context(self) -> ssl.SSLContext:
         context = self._context(ssl.PROTOCOL_TLS_SERVER)
         context.verify_mode = ssl.CERT_REQUIRED
         return context
 
+    @cached_property
     def client_context(self) -> ssl.SSLContext:
         return self._context(ssl.PROTOCOL_TLS_CLIENT)  # (checks the name it is given)
+
+    def client_socket(self, sock: socket.socket, peer: str) -> ssl.SSLSocket:
+        """`sock` after a handshake with the server named `peer` (ssl.SSLError, an
+        OSError, if it is not that name of this job, or refuses our certificate)."""
+        return self.client_context.wrap_socket(sock, server_hostname=peer)
+
+    def server_socket(self, conn: socket.socket) -> ssl.SSLSocket:
+        """An accepted `conn` after the handshake (ssl.SSLError if the client shows no
+        certificate of this job)."""
+        return self.server_context.wrap_socket(conn, server_side=True)
 
     def _context(self, protocol: int) -> ssl.SSLContext:
         context = ssl.SSLContext(protocol)

@@ -27,6 +27,7 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
 from elasticdl_nb.runtime.protocol.channels import host_of, listen, make_server
 from elasticdl_nb.runtime.protocol.patience import WrongPeer
+from elasticdl_nb.runtime.protocol.tls import ps_name
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 from elasticdl_nb.runtime.ps.service import ParameterServerService
 from elasticdl_nb.runtime.ps.store import ParameterStore
@@ -100,7 +101,8 @@ def main() -> None:
     ps_id = parser.parse_args().id
     setup_logging(f"ps-{ps_id}")
     keep_freed_memory()  # (large tensors: see heap.py)
-    env = ProcessEnv.from_environ()
+    identity = ps_name(ps_id)
+    env = ProcessEnv.from_environ(identity)
     spec = JobSpec.from_json(env.files.spec.read_text())
     contract = load_bundle(env.files.bundle)
 
@@ -125,14 +127,13 @@ def main() -> None:
     checkpointer.saved_version = restored_version
 
     service = ParameterServerService(store, checkpointer.note_update, checkpointer.save_now)
-    identity = f"ps-{ps_id}"
     server = make_server(env.token, identity)
     rpc.add_ParameterServerServicer_to_server(service, server)
     listen_at, fixed = env.ps_listen_address(ps_id)
-    port = listen(server, listen_at)
+    port = listen(server, listen_at, env.tls)
     address = fixed or f"{listen_at.rsplit(':', 1)[0]}:{port}"
     bulk = BulkServer(
-        host_of(listen_at), env.token, identity, service.push_pull, env.bulk_port
+        host_of(listen_at), env.token, identity, service.push_pull, env.bulk_port, tls=env.tls
     ).start()
     service.bulk_port = bulk.port
     server.start()

@@ -113,7 +113,9 @@ class Lockstep:
         sources = env.load_sources()
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
-        self.listener = RingListener(env.bind_host or "127.0.0.1", env.token, worker_id)
+        self.listener = RingListener(
+            env.bind_host or "127.0.0.1", env.token, worker_id, tls=env.tls
+        )
         self.step = 0  # the last step this replica applied
         self.group: Group | None = None
         self.ring: Ring | None = None
@@ -362,7 +364,9 @@ class Lockstep:
             self.ring.close()
         self.ring = None
         self.group = group
-        self.ring = Ring(group, self.me, self.listener, self.env.token, RING_TIMEOUT)
+        self.ring = Ring(
+            group, self.me, self.listener, self.env.token, RING_TIMEOUT, tls=self.env.tls
+        )
         self._slow_next = True
         self._scale_learning_rate()
 
@@ -400,7 +404,7 @@ class Lockstep:
             if worker not in old_members:
                 send_arrays(
                     address, self.env.token, group.version, self.me, worker, state,
-                    RING_TIMEOUT, purpose="state",
+                    RING_TIMEOUT, purpose="state", tls=self.env.tls,
                 )  # fmt: skip
                 log.info("sent the model (step %d) to worker %d", self.step, worker)
 
@@ -465,7 +469,7 @@ class Lockstep:
                 address = dict(new.members)[worker]
                 send_arrays(
                     address, self.env.token, new.version, self.me, worker,
-                    [np.array([step]), summed, table], RING_TIMEOUT,
+                    [np.array([step]), summed, table], RING_TIMEOUT, tls=self.env.tls,
                 )  # fmt: skip
         self._report_through(plan.step)
         self._change = (since, GroupChange.FAILURE)

@@ -26,6 +26,7 @@ from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol.patience import WrongPeer
+from elasticdl_nb.runtime.protocol.tls import WORKER
 from elasticdl_nb.runtime.worker.reporter import Reporter
 from elasticdl_nb.runtime.worker.task_feed import TaskRequests
 
@@ -39,7 +40,7 @@ def main() -> None:
     setup_logging(f"worker-{worker_id}")
     keep_freed_memory()  # (large tensors: see heap.py)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    env = ProcessEnv.from_environ()
+    env = ProcessEnv.from_environ(WORKER)
     log.info("worker %d of job %s started (pid %d)", worker_id, env.files.path.name, os.getpid())
     master = env.master()
     reporter = Reporter(master, worker_id)

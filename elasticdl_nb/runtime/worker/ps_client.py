@@ -41,6 +41,7 @@ from elasticdl_nb.runtime.protocol.patience import (
     wrong_peer,
 )
 from elasticdl_nb.runtime.protocol.tensors import to_array, to_tensor
+from elasticdl_nb.runtime.protocol.tls import JobTls, ps_name
 from elasticdl_nb.runtime.table_def import TableDef
 
 log = logging.getLogger("elasticdl_nb.worker")
@@ -97,9 +98,13 @@ class PsClient:
     stays unreachable for `give_up_after` seconds is `PeerUnreachable`."""
 
     def __init__(
-        self, locate: Callable[[], Sequence[str]], token: str, give_up_after: float = 600.0
+        self,
+        locate: Callable[[], Sequence[str]],
+        token: str,
+        give_up_after: float = 600.0,
+        tls: JobTls | None = None,
     ):
-        self._locate, self._token = locate, token
+        self._locate, self._token, self._tls = locate, token, tls
         self.give_up_after = give_up_after
         self._connect_lock = threading.Lock()
         addresses = self._wait_until_up()
@@ -141,14 +146,15 @@ class PsClient:
 
     def _connect(self, ps: int, address: str) -> None:
         """Talk to shard `ps` at `address` from now on."""
-        name = f"ps-{ps}"
-        stub = rpc.ParameterServerStub(open_channel(address, self._token, name))
+        name = ps_name(ps)
+        stub = rpc.ParameterServerStub(open_channel(address, self._token, name, tls=self._tls))
         old = self.bulk[ps]
         self.bulk[ps] = BulkClient(
             host_of(address),
             self._token,
             name,
             lambda: stub.GetBulkEndpoint(pb.Empty(), timeout=10).port,
+            tls=self._tls,
         )
         self.stubs[ps], self.addresses[ps] = stub, address
         if old is not None:
