@@ -40,6 +40,7 @@ BENCHMARKS = [
     "widget_path",
     "scaling",
     "kubernetes_node",
+    "tls_cost",
     "profile_step",
 ]
 README = harness.ROOT / "bench" / "README.md"

@@ -164,12 +164,14 @@ def make_job_dir(root: Path) -> Path:
 
 class StubMaster:
     """Our gRPC server with the job token, answering only the PS's ReportPsReady (one PS
-    per stub master): it keeps the address the PS bound."""
+    per stub master): it keeps the address the PS bound. With `tls_dir` (a job's TLS
+    files, bench/tls_cost.py) it serves TLS as the job's master."""
 
-    def __init__(self, token: str):
+    def __init__(self, token: str, tls_dir: Path | None = None):
         from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
         from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
         from elasticdl_nb.runtime.protocol.channels import listen, make_server
+        from elasticdl_nb.runtime.protocol.tls import MASTER, JobTls
 
         self.ready = threading.Event()
         self.ps_address = ""
@@ -183,7 +185,8 @@ class StubMaster:
 
         self.server = make_server(token, "master", threads=2)
         rpc.add_MasterServicer_to_server(Servicer(), self.server)
-        self.address = f"127.0.0.1:{listen(self.server, '127.0.0.1:0')}"
+        tls = JobTls.load(tls_dir, MASTER) if tls_dir else None
+        self.address = f"127.0.0.1:{listen(self.server, '127.0.0.1:0', tls)}"
         self.server.start()
 
     def wait(self, proc: subprocess.Popen, timeout: float = 180) -> str:
@@ -195,13 +198,16 @@ class StubMaster:
         return self.ps_address
 
 
-def start_ps(job_dir: Path, token: str, master_addr: str) -> subprocess.Popen:
+def start_ps(
+    job_dir: Path, token: str, master_addr: str, tls_dir: Path | None = None
+) -> subprocess.Popen:
     """`python -m elasticdl_nb.runtime.ps --id 0` with the environment a backend gives it
-    (it binds a port of its own and reports it to the master)."""
+    (it binds a port of its own and reports it to the master); with `tls_dir`, a PS of a
+    job with TLS."""
     from elasticdl_nb.runtime.lifeline import PARENT_ENV
     from elasticdl_nb.runtime.process_env import ProcessEnv
 
-    env = ProcessEnv(token, job_dir, master_addr, ()).to_environ()
+    env = ProcessEnv(token, job_dir, master_addr, (), tls_dir=tls_dir).to_environ()
     env = harness.pinned_env({**env, PARENT_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"})
     with open(job_dir / "ps.log", "ab") as out:
         proc = subprocess.Popen(
@@ -215,14 +221,14 @@ def start_ps(job_dir: Path, token: str, master_addr: str) -> subprocess.Popen:
 
 
 class OursClient:
-    def __init__(self, address: str, token: str, value: np.ndarray):
+    def __init__(self, address: str, token: str, value: np.ndarray, tls=None):
         from elasticdl_nb.runtime.heap import keep_freed_memory
         from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
         from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 
         keep_freed_memory()  # what a worker process does first (runtime/worker/process.py)
         self.payload = PushPayload
-        self.client = PsClient(lambda: [address], token)
+        self.client = PsClient(lambda: [address], token, tls=tls)
         self.client.set_model([("w", value)], [])
         self.client.initialize()
         self.client.exchange(None, {})  # learn the version
