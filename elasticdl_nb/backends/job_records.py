@@ -90,7 +90,21 @@ def _runs(pid: int, module: str) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+    if not cmdline:  # a process on its way out loses its command line well before it
+        return _exiting(pid)  # is gone: it still runs until then (seen in CI, stop())
     return module.encode() in cmdline
+
+
+_PF_EXITING = 0x4  # the kernel's per-process flag: exit has begun
+
+
+def _exiting(pid: int) -> bool:
+    """Whether `pid` is exiting and not yet a zombie (/proc/<pid>/stat: state, flags)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and bool(int(fields[6]) & _PF_EXITING)
 
 
 class JobExists(ElasticDLError, ValueError):
