@@ -162,28 +162,34 @@ class PodLauncher:
 
     def shutdown(self, grace_seconds: float) -> None:
         """Delete every worker and PS pod (the kubelet's SIGTERM, SIGKILL after the grace
-        period), and wait until the watch has reported the end of each one still running
-        (or the grace period and SHUTDOWN_SLACK_SECONDS have passed), as the local backend
-        waits for its processes: the journal then holds every instance's end."""
+        period), and wait until the watch has seen each one gone from the API server (or
+        the grace period and SHUTDOWN_SLACK_SECONDS have passed), as the local backend
+        waits for its processes: the journal then holds every instance's end, and a job
+        that reads 'stopped' has no worker or PS pod left (nor their logs)."""
         selector = f"{m.LABEL_JOB}={self.name}"
         what = "list the job's pods"
         pods = call(what, self.api.list_namespaced_pod, self.namespace, label_selector=selector)
-        ending = []
+        deleting: dict[str, str] = {}  # pod name -> uid
         for pod in pods.get("items", []):
             meta = pod["metadata"]
             if meta["labels"].get(m.LABEL_ROLE) not in ("worker", "ps"):
                 continue
             self._delete_pod(meta["name"], grace=int(grace_seconds))
-            with self._lock:
-                if self._uids.get(meta["name"]) == meta["uid"] and not self._ended(meta["name"]):
-                    ending.append(meta["name"])
+            deleting[meta["name"]] = meta["uid"]
+        # A pod's container ends before the kubelet lets the pod go: waiting for the end
+        # alone left pods (and their logs) behind a job that already read 'stopped'.
         deadline = time.monotonic() + grace_seconds + SHUTDOWN_SLACK_SECONDS
         while time.monotonic() < deadline:
             with self._lock:
-                if all(self._ended(name) for name in ending):
+                if all(self._gone(name, uid) for name, uid in deleting.items()):
                     break
             time.sleep(0.1)
         self.watch.stop()
+
+    def _gone(self, pod_name: str, uid: str) -> bool:
+        """Whether the watch has seen this incarnation deleted (call with the lock held)."""
+        latest = self._latest.get(pod_name)
+        return latest is not None and latest[1] and latest[0]["metadata"].get("uid") == uid
 
     def _ended(self, pod_name: str) -> bool:
         """Whether this pod's end has been reported (call with the lock held)."""
