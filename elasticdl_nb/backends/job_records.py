@@ -98,13 +98,26 @@ def _runs(pid: int, module: str) -> bool:
 _PF_EXITING = 0x4  # the kernel's per-process flag: exit has begun
 
 
-def _exiting(pid: int) -> bool:
-    """Whether `pid` is exiting and not yet a zombie (/proc/<pid>/stat: state, flags)."""
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, kernel flags) of `pid` from /proc/<pid>/stat; None if there is no
+    such process."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return False
-    return fields[0] not in ("Z", "X") and bool(int(fields[6]) & _PF_EXITING)
+        return None
+    return fields[0], int(fields[6])
+
+
+def process_gone(pid: int) -> bool:
+    """Whether `pid` has ended: no such process, or a zombie waiting to be reaped."""
+    state = process_state(pid)
+    return state is None or state[0] in ("Z", "X")
+
+
+def _exiting(pid: int) -> bool:
+    """Whether `pid` is exiting and not yet a zombie."""
+    state = process_state(pid)
+    return state is not None and not process_gone(pid) and bool(state[1] & _PF_EXITING)
 
 
 class JobExists(ElasticDLError, ValueError):

@@ -15,9 +15,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE, JobRecord
+from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE, JobRecord, process_gone
 from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.runtime.job_dir import SUPERVISOR, log_tail
 from elasticdl_nb.runtime.process_env import TLS_DIR_ENV
@@ -108,17 +107,8 @@ def _end_group(pgid: int, alive: Callable[[], bool], grace_seconds: float) -> No
     # any more (so `alive` says no) well before it is a zombie, and a caller that looks
     # right after would find it still there (seen in CI under load).
     deadline = time.monotonic() + LEADER_EXIT_SECONDS
-    while time.monotonic() < deadline and not _gone(pgid):
+    while time.monotonic() < deadline and not process_gone(pgid):
         time.sleep(0.01)
 
 
 LEADER_EXIT_SECONDS = 5.0
-
-
-def _gone(pid: int) -> bool:
-    """Whether `pid` has ended: no such process, or a zombie waiting to be reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
