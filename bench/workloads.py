@@ -187,28 +187,58 @@ class _EpochStamps(tf.keras.callbacks.Callback):
         self.ends.append(time.perf_counter())
 
 
-def run_fit(w: Workload) -> dict[str, Any]:
+class _BatchWindow(tf.keras.callbacks.Callback):
+    """Times the batches after the first `skip` (tracing) and stops training once they
+    span `seconds`."""
+
+    def __init__(self, skip: int, seconds: float):
+        super().__init__()
+        self.skip, self.seconds = skip, seconds
+        self.batches, self.start, self.end = 0, 0.0, 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        now = time.perf_counter()
+        if self.batches == self.skip:
+            self.start = now
+        elif self.batches > self.skip:
+            self.end = now
+            if now - self.start >= self.seconds:
+                self.model.stop_training = True
+
+
+def run_fit(w: Workload, seconds: float | None = None) -> dict[str, Any]:
     """Plain Keras in this process: compile(optimizer, loss) + fit(x, y, batch_size=B).
 
     Keras defaults otherwise (jit_compile='auto' is False on this CPU-only machine,
     steps_per_execution=1, shuffle=True). samples/s = records of epochs 2..E / wall time
     from the end of epoch 1 to the end of epoch E: the first epoch's tracing is excluded,
     the gaps between epochs are included.
+
+    `seconds`: for a model whose epochs are too slow to run whole on a slow machine,
+    samples/s over a window of that many seconds of batches instead, after the first
+    10 (tracing); training stops there.
     """
     tf.keras.backend.clear_session()
     model = w.model()
     model.compile(optimizer=w.optimizer(), loss=w.loss)
     stamps = _EpochStamps()
+    window_stamps = _BatchWindow(10, seconds) if seconds else None
+    callbacks = [stamps] + ([window_stamps] if window_stamps else [])
     x, y = w.data
     cpu0, t0 = time.process_time(), time.perf_counter()
-    model.fit(x, y, batch_size=w.batch, epochs=w.epochs, verbose=0, callbacks=[stamps])
+    model.fit(x, y, batch_size=w.batch, epochs=w.epochs, verbose=0, callbacks=callbacks)
     total = time.perf_counter() - t0
-    window = stamps.ends[-1] - stamps.ends[0]
-    records = (len(stamps.ends) - 1) * w.records
+    if window_stamps:
+        window = window_stamps.end - window_stamps.start
+        records = (window_stamps.batches - window_stamps.skip) * w.batch
+    else:
+        window = stamps.ends[-1] - stamps.ends[0]
+        records = (len(stamps.ends) - 1) * w.records
     return {
         "samples_per_s": records / window,
         "window_s": window,
-        "first_epoch_s": stamps.ends[0] - stamps.begin,
+        "first_epoch_s": stamps.ends[0] - stamps.begin if stamps.ends else None,
         "cpu_per_wall": (time.process_time() - cpu0) / total,  # cores used (2 at most)
         "loadavg_1m": os.getloadavg()[0],
     }
