@@ -32,7 +32,6 @@ import argparse
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -115,14 +114,6 @@ def in_place(rng: random.Random, tag: str) -> dict:
     return out
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _stamps(directory: Path, incarnation: int) -> list[tuple[int, float]]:
     out = []
     for path in directory.glob(f"stamps-{incarnation}-*.txt"):
@@ -132,10 +123,34 @@ def _stamps(directory: Path, incarnation: int) -> list[tuple[int, float]]:
     return out
 
 
+def _first_steps(directory: Path, incarnation: int, procs: list[subprocess.Popen]):
+    """The stamps of `incarnation` once it has completed a step. RuntimeError, with the
+    incarnation's log, as soon as one of its workers exits without one, or after 180 s."""
+
+    def stamped():
+        if stamps := _stamps(directory, incarnation):
+            return stamps
+        if exited := [(r, p.returncode) for r, p in enumerate(procs) if p.poll() is not None]:
+            gone = ", ".join(f"rank {r} (exit status {code})" for r, code in exited)
+            raise RuntimeError(f"{gone} exited before a step; {_log_tail(directory, incarnation)}")
+        return None
+
+    try:
+        return _wait(stamped, 180, f"incarnation {incarnation}'s first step")
+    except TimeoutError as exc:
+        raise RuntimeError(f"{exc}: {_log_tail(directory, incarnation)}") from None
+
+
+def _log_tail(directory: Path, incarnation: int, lines: int = 40) -> str:
+    log = directory / f"incarnation-{incarnation}.log"
+    text = log.read_text(errors="replace") if log.exists() else "(no log)"
+    return "its workers' log ends:\n" + "\n".join(text.splitlines()[-lines:])
+
+
 def restart_style(rng: random.Random, home: Path, tag: str) -> dict:
     directory = home / f"restart-{tag}"
     directory.mkdir()
-    ports = _free_ports(WORKERS)
+    ports = harness.free_ports(WORKERS)
 
     def start(incarnation: int) -> list[subprocess.Popen]:
         log = open(directory / f"incarnation-{incarnation}.log", "a")  # noqa: SIM115
@@ -163,7 +178,7 @@ def restart_style(rng: random.Random, home: Path, tag: str) -> dict:
 
     procs = start(1)
     try:
-        first = _wait(lambda: _stamps(directory, 1), 180, "the first incarnation's first step")
+        first = _first_steps(directory, 1, procs)
         time.sleep(max(0.0, min(t for _, t in first) + STEADY - time.time()))
         time.sleep(rng.random())
         victim = rng.randrange(WORKERS)
@@ -180,7 +195,7 @@ def restart_style(rng: random.Random, home: Path, tag: str) -> dict:
 
             checkpoint = int(np.load(directory / "checkpoint.npz")["step"])
         procs = start(2)
-        again = _wait(lambda: _stamps(directory, 2), 180, "the restarted workers' first step")
+        again = _first_steps(directory, 2, procs)
         first_step, t_first = min(again, key=lambda s: s[1])
         steps = sorted(t for _, t in _stamps(directory, 1))
         intervals = sorted(b - a for a, b in zip(steps, steps[1:]) if b - a > 0)

@@ -23,7 +23,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import random
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -63,6 +65,34 @@ def pin_threads(pins: dict[str, str] | None = None) -> dict[str, str]:
 
 def pinned_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, **THREAD_PINS, "TF_CPP_MIN_LOG_LEVEL": "2", **(extra or {})}
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct TCP ports on 127.0.0.1, free a moment ago, for a baseline's processes
+    to listen on once they have started.
+
+    Drawn from below the kernel's ephemeral range. A port bound to 0 and released comes
+    from that range, and any connect() on the machine may be given it before the baseline
+    binds it: the baseline's own processes dialling each other while the last of them is
+    still importing TensorFlow, or the previous job's teardown. Nothing takes a port below
+    the range unless it asks for it by number."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    draw = random.SystemRandom()  # not the benchmark's seeded RNG: its draws stay the same
+    ports: list[int] = []
+    while len(ports) < n:
+        port = draw.randrange(10_000, low)
+        if port in ports:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
 
 
 @contextlib.contextmanager

@@ -91,20 +91,6 @@ WHY_INTER_OP = (
 # ---------------------------------------------------------------------------- TF cluster
 
 
-def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (bound to port 0, then released)."""
-    sockets = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def wait_for_ports(addresses: list[str], timeout: float) -> None:
     """Block until every host:port accepts a TCP connection."""
     deadline = time.monotonic() + timeout
@@ -142,7 +128,7 @@ class TFCluster:
     """W worker + 1 PS `tf.distribute.Server` processes on loopback, killed on exit."""
 
     def __init__(self, workers: int, logdir: Path):
-        ports = free_ports(workers + 2)
+        ports = harness.free_ports(workers + 2)
         self.spec = {
             "worker": [f"127.0.0.1:{p}" for p in ports[:workers]],
             "ps": [f"127.0.0.1:{ports[workers]}"],

@@ -15,12 +15,13 @@ from concurrent import futures
 import grpc
 import pytest
 
-from elasticdl_nb.runtime.collective.ring import RingListener, connect
+from elasticdl_nb.runtime.collective.ring import PeerLost, RingListener, connect, member_name
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.bulk import BulkClient
 from elasticdl_nb.runtime.protocol.bulk_server import BulkServer
 from elasticdl_nb.runtime.protocol.channels import AddressTaken, listen, make_server, open_channel
+from elasticdl_nb.runtime.protocol.frames import READY, accept_hello, recv_frame
 from elasticdl_nb.runtime.protocol.patience import Patience, PeerUnreachable, WrongPeer
 
 HOST = "127.0.0.1"
@@ -213,6 +214,35 @@ def test_a_peer_that_never_answers_is_given_up_on_with_its_address_and_the_time_
     assert 1.0 < waited < 4.0
     assert f"the master at {address} did not answer GetStatus for" in str(gone.value)
     assert "(limit 2 s): UNAVAILABLE" in str(gone.value)
+
+
+def test_a_ring_link_to_a_member_not_yet_listening_is_retried_until_it_listens():
+    # Members of a new group start at once (a restarted incarnation): a successor's port
+    # refuses connections until its listener is up, and the link must wait for it.
+    with socket.socket() as late:  # bound, listening only later: refused until then
+        late.bind((HOST, 0))
+        address = f"{HOST}:{late.getsockname()[1]}"
+        with futures.ThreadPoolExecutor(1) as pool:
+            link = pool.submit(connect, address, "t", 3, 1, 2, 10.0)
+            time.sleep(0.5)
+            assert not link.done()  # refused so far, and still trying
+            late.listen()
+            conn, _ = late.accept()
+            with conn:
+                assert accept_hello(conn, "t", member_name(2))  # meant for member 2
+                conn.sendall(READY)
+                _, intro, _ = recv_frame(conn, 5, 5)
+                assert json.loads(intro) == {"version": 3, "worker": 1, "purpose": "ring"}
+                link.result(timeout=5).close()
+
+
+def test_a_ring_link_to_a_member_that_never_listens_is_given_up_after_its_timeout():
+    with socket.socket() as held:
+        held.bind((HOST, 0))
+        start = time.monotonic()
+        with pytest.raises(PeerLost, match="not listening within 1 s"):
+            connect(f"{HOST}:{held.getsockname()[1]}", "t", 1, 0, 1, timeout=1.0)
+    assert 1.0 <= time.monotonic() - start < 3.0
 
 
 def test_a_channel_without_patience_fails_on_the_first_refusal():

@@ -182,20 +182,21 @@ def connect(
     while True:
         try:
             sock = frames.connect(host, int(port), timeout, tls, WORKER)
+            break
         except ConnectionRefusedError:
             if time.monotonic() > deadline:
                 raise PeerLost(peer, f"not listening within {timeout:g} s") from None
             time.sleep(0.05)
         except OSError as exc:
             raise PeerLost(peer, f"cannot connect: {exc}") from None
-        try:
-            greet(sock, token, member_name(peer))
-            intro = {"version": version, "worker": me, "purpose": purpose}
-            send_frame(sock, json.dumps(intro).encode())
-            return sock
-        except OSError as exc:
-            sock.close()  # not left to the collector: a dead peer's links close now
-            raise PeerLost(peer, f"cannot connect: {exc}") from None
+    try:
+        greet(sock, token, member_name(peer))
+        intro = {"version": version, "worker": me, "purpose": purpose}
+        send_frame(sock, json.dumps(intro).encode())
+        return sock
+    except OSError as exc:
+        sock.close()  # not left to the collector: a dead peer's links close now
+        raise PeerLost(peer, f"cannot connect: {exc}") from None
 
 
 class Ring:
