@@ -32,9 +32,9 @@ from typing import Any
 import harness
 
 harness.pin_threads()  # before anything imports TensorFlow
+import transfer  # noqa: E402, I001  (first: it sets up the heap before any thread starts)
 
 import numpy as np  # noqa: E402
-import transfer  # noqa: E402
 import workloads  # noqa: E402
 
 SIZE_MB = 64

@@ -51,6 +51,10 @@ import harness
 
 harness.pin_threads()  # before anything imports TensorFlow
 
+from elasticdl_nb.runtime.heap import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # the client stands in for a worker, which does this first (heap.py)
+
 import numpy as np  # noqa: E402
 
 SIZES_MB = (1, 16, 64)
@@ -222,11 +226,9 @@ def start_ps(
 
 class OursClient:
     def __init__(self, address: str, token: str, value: np.ndarray, tls=None):
-        from elasticdl_nb.runtime.heap import keep_freed_memory
         from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
         from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 
-        keep_freed_memory()  # what a worker process does first (runtime/worker/process.py)
         self.payload = PushPayload
         self.client = PsClient(lambda: [address], token, tls=tls)
         self.client.set_model([("w", value)], [])

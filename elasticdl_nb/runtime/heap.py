@@ -17,6 +17,13 @@ in again on the bulk channel's thread; the 64 MiB push stayed at ~0.4 of the soc
 16 MiB ran at 0.8). So every thread is sent to the main arena (`M_ARENA_MAX` 1). Threads
 then share one malloc lock; ours hold the GIL for most of their allocations anyway.
 
+**Call it first**, before anything starts a thread: the `__main__` of each process kind
+and the local fork server do. An arena made before the call outlives it, and a thread
+started later may be handed it: importing TensorFlow and gRPC starts threads, and a call
+made after those imports left a worker's bulk receiver mapping each 64 MiB tensor afresh
+in some runs and not others (the 64 MiB pull measured 0.37 of the socket in one
+`make bench` and 1.77 in the one before).
+
 The cost: a process keeps the peak of what it allocated (its RSS does not shrink after a
 large transient allocation). Only glibc's malloc is tuned; elsewhere this does nothing.
 """

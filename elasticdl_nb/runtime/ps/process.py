@@ -19,7 +19,6 @@ import time
 
 from elasticdl_nb.model import load_bundle
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
-from elasticdl_nb.runtime.heap import keep_freed_memory
 from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -100,7 +99,6 @@ def main() -> None:
     parser.add_argument("--id", type=int, required=True)
     ps_id = parser.parse_args().id
     setup_logging(f"ps-{ps_id}")
-    keep_freed_memory()  # (large tensors: see heap.py)
     identity = ps_name(ps_id)
     env = ProcessEnv.from_environ(identity)
     spec = JobSpec.from_json(env.files.spec.read_text())

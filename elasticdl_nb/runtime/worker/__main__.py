@@ -1,11 +1,15 @@
 """A worker process: `python -m elasticdl_nb.runtime.worker --id N`.
 
 The lifeline to the master is set first, before the slow imports (TensorFlow) of
-`process.py`, so a master that dies meanwhile takes this process with it.
+`process.py`, so a master that dies meanwhile takes this process with it. The heap
+settings come before even that: they hold only for threads that had not allocated yet
+(heap.py), and those imports start threads.
 """
 
+from elasticdl_nb.runtime.heap import keep_freed_memory
 from elasticdl_nb.runtime.lifeline import die_with_parent
 
+keep_freed_memory()
 die_with_parent()
 
 from elasticdl_nb.runtime import profiling  # noqa: E402

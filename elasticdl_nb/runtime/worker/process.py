@@ -21,7 +21,6 @@ import sys
 import time
 
 from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
-from elasticdl_nb.runtime.heap import keep_freed_memory
 from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
@@ -38,7 +37,6 @@ def main() -> None:
     parser.add_argument("--id", type=int, required=True)
     worker_id = parser.parse_args().id
     setup_logging(f"worker-{worker_id}")
-    keep_freed_memory()  # (large tensors: see heap.py)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = ProcessEnv.from_environ(WORKER)
     log.info("worker %d of job %s started (pid %d)", worker_id, env.files.path.name, os.getpid())
