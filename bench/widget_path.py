@@ -251,6 +251,21 @@ class IopubCounter:
             if header["msg_type"] == "status" and b"idle" in frames[i + 5]:
                 self.idle_after.add(json.loads(frames[i + 3]).get("msg_id"))
 
+    def wait_connected(self, kc: Any, timeout: float) -> None:
+        """Until this subscriber hears the kernel. A SUB socket joins its publisher some
+        time after `connect` (and retries while the kernel is still binding it); what is
+        published before then is not delivered, so a quick cell's `idle` could be missed.
+        Asks for kernel_info until the `idle` of one of the requests arrives here."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg_id = kc.kernel_info()
+            try:
+                self.wait_idle(msg_id, timeout=0.5)
+                return
+            except TimeoutError:
+                continue
+        raise TimeoutError(f"the kernel's iopub did not reach this subscriber in {timeout:g} s")
+
     def wait_idle(self, msg_id: str, timeout: float) -> None:
         """Until the kernel's `idle` for a request has arrived: its outputs come on iopub
         and may arrive after its reply on the shell socket."""
@@ -292,6 +307,7 @@ def measure(mode: str, seconds: float) -> dict[str, Any]:
     counter = IopubCounter(km)
     try:
         kc.wait_for_ready(timeout=60)
+        counter.wait_connected(kc, timeout=60)
         pid = km.provisioner.process.pid
         code = f"MODE = {mode!r}\nRATE = {RATE}\nFEED_SECONDS = {seconds + 2.0}\n" + KERNEL_CODE
         msg_id, _ = execute(kc, code, timeout=120)
