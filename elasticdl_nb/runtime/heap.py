@@ -19,10 +19,11 @@ then share one malloc lock; ours hold the GIL for most of their allocations anyw
 
 **Call it first**, before anything starts a thread: the `__main__` of each process kind
 and the local fork server do. An arena made before the call outlives it, and a thread
-started later may be handed it: importing TensorFlow and gRPC starts threads, and a call
-made after those imports left a worker's bulk receiver mapping each 64 MiB tensor afresh
-in some runs and not others (the 64 MiB pull measured 0.37 of the socket in one
-`make bench` and 1.77 in the one before).
+started later may be handed it: importing TensorFlow and gRPC starts threads. Called
+after a gRPC server's threads had allocated, it left bench/transfer.py's client (which
+stands in for a worker) with a bulk receiver that mapped each 64 MiB tensor afresh, in
+some runs and not others: its 64 MiB pull measured 0.37 of the socket in one
+`make bench` and 1.77 in the one before.
 
 The cost: a process keeps the peak of what it allocated (its RSS does not shrink after a
 large transient allocation). Only glibc's malloc is tuned; elsewhere this does nothing.
