@@ -227,6 +227,7 @@ def test_a_ring_link_to_a_member_not_yet_listening_is_retried_until_it_listens()
             time.sleep(0.5)
             assert not link.done()  # refused so far, and still trying
             late.listen()
+            late.settimeout(10)  # a link that gave up instead fails here, not hangs
             conn, _ = late.accept()
             with conn:
                 assert accept_hello(conn, "t", member_name(2))  # meant for member 2
