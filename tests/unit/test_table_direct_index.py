@@ -69,3 +69,19 @@ def test_a_table_with_a_bound_uses_the_direct_index_and_keeps_its_policy(input_d
     start = initial_rows(definition, np.concatenate([held, [20]]))
     np.testing.assert_allclose(table.read(held), start[:-1] - 1)
     np.testing.assert_allclose(table.read(np.array([20])), start[-1:])
+
+
+def test_with_one_shard_every_id_in_range_is_found_where_it_was_put_and_no_other():
+    """One PS owns every id: lookups of ids all in range take the shortcut (no ownership
+    check); a batch with an id out of range takes the general path. Both agree."""
+    rows = Rows()
+    index = DirectIndex(rows, input_dim=50, num_ps=1)
+    held = np.array([0, 7, 49, 20], np.int64)
+    index.insert(held, rows.add(held))
+    in_range = np.array([49, 1, 7, 0, 20, 48], np.int64)
+    assert index.find(in_range).tolist() == [2, EMPTY, 1, 0, 3, EMPTY]
+    mixed = np.array([49, -1, 7, 50, 0, 2**62, 20], np.int64)
+    assert index.find(mixed).tolist() == [2, EMPTY, 1, EMPTY, 0, EMPTY, 3]
+    assert index.remove(np.array([7, 8])).tolist() == [1, EMPTY]
+    assert index.find(in_range).tolist() == [2, EMPTY, EMPTY, 0, 3, EMPTY]
+    assert len(index) == 3 and index.find(np.zeros(0, np.int64)).tolist() == []

@@ -58,3 +58,27 @@ def test_with_the_hash_index_an_ids_row_is_found_and_read():
     assert index.find(new).tolist() == reused.tolist()
     assert (index.find(asked[:100]) == EMPTY).all()
     assert len(index) == len(store) == len(ids) - 100 + 3
+
+
+def test_one_block_and_several_give_the_same_rows():
+    """A store within its first block takes a shortcut (one gather, no split by block);
+    the same operations over many small blocks give the same contents."""
+    rng = np.random.default_rng(5)
+    one, many = RowStore(width=3, block_rows=1024), RowStore(width=3, block_rows=8)
+    for version in range(1, 6):
+        ids = rng.choice(1000, 40, replace=False)
+        rows = [store.allocate(ids) for store in (one, many)]
+        assert rows[0].tolist() == rows[1].tolist()
+        values = rng.normal(size=(40, 3)).astype(np.float32)
+        for store in (one, many):
+            store.scatter(rows[0], values)
+            store.touch(rows[0][::2], version)
+        if version == 3:
+            for store in (one, many):
+                store.free(rows[0][:10])
+    assert len(one._values) == 1 and len(many._values) > 1
+    look = rng.permutation(one._used)
+    assert one.gather(look).tolist() == many.gather(look).tolist()
+    assert one.ids_of(look).tolist() == many.ids_of(look).tolist()
+    assert one.last_update(look).tolist() == many.last_update(look).tolist()
+    assert one.updated_after(2).tolist() == many.updated_after(2).tolist()

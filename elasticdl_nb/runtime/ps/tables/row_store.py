@@ -95,23 +95,25 @@ class RowStore:
         self._ids.append(np.zeros(self.block_rows, np.int64))
         self._updated.append(np.full(self.block_rows, NEVER, np.int64))
 
-    def _split(self, rows: np.ndarray) -> Iterator[tuple[int, slice | np.ndarray, np.ndarray]]:
+    def _split(self, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(block, the positions in `rows` that are in it, their lines), per block used."""
         rows = np.asarray(rows, np.int64)
-        if len(self._values) == 1:  # (every table's first 2^18 rows: no split to make)
-            yield 0, slice(None), rows
-            return
         blocks, lines = np.divmod(rows, self.block_rows)
         for block in np.unique(blocks):
             at = np.flatnonzero(blocks == block)
             yield int(block), at, lines[at]
 
     def _take(self, arrays: list[np.ndarray], rows, shape: tuple, dtype) -> np.ndarray:
+        if len(arrays) == 1:  # (every table's first 2^18 rows: one gather, no split)
+            return arrays[0].take(rows, axis=0)
         out = np.empty((len(rows), *shape), dtype)
         for block, at, lines in self._split(rows):
             out[at] = arrays[block][lines]
         return out
 
     def _put(self, arrays: list[np.ndarray], rows, values: np.ndarray) -> None:
+        if len(arrays) == 1:
+            arrays[0][rows] = values
+            return
         for block, at, lines in self._split(rows):
             arrays[block][lines] = values[at]

@@ -22,11 +22,12 @@ import numpy as np
 
 from elasticdl_nb.runtime.ps.tables.admission import Admission
 from elasticdl_nb.runtime.ps.tables.direct_index import DirectIndex, direct_slots
-from elasticdl_nb.runtime.ps.tables.hash_index import HashIndex
+from elasticdl_nb.runtime.ps.tables.hash_index import EMPTY, HashIndex
 from elasticdl_nb.runtime.ps.tables.row_store import NEVER, RowStore
 from elasticdl_nb.runtime.table_def import TableDef, initial_rows
 
-ABSENT = -1  # the row number `locate` gives an id the table does not hold
+ABSENT = EMPTY  # the row number `locate` gives an id the table does not hold (what
+# both indexes' `find` gives one they do not hold)
 EVICTION_SLACK = 0.05  # how far over its cap a table grows before it evicts back to it
 TTL_CHECKS = 10  # a table with a TTL looks for expired rows this often per TTL
 
@@ -103,9 +104,7 @@ class EmbeddingTable:
 
     def locate(self, ids: np.ndarray) -> np.ndarray:
         """Each id's row number, `ABSENT` for one not held."""
-        found = self.index.find(ids).astype(np.int64)
-        found[found < 0] = ABSENT
-        return found
+        return self.index.find(ids).astype(np.int64)
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         """The vectors of `ids`, [len(ids), dim]: held rows as trained, others initial."""
