@@ -43,7 +43,8 @@ Rows: the median of each side, ratio = ours / TF; the target is ratio >= 1.0 (is
 should not be slower than what a user would otherwise pick), and >= 1.5 for CTR with 1
 worker (issue 19). `--spe N` (default 8) adds a row: CTR with 1 worker against TF with
 steps_per_execution=N (N steps per closure, still one PS round trip per step; N=8 matches
-ours, whose workers fetch tasks of 8 minibatches), target >= 1.0.
+ours, whose workers fetch tasks of 8 minibatches), target >= 1.0; its TF runs alternate
+with that case's others (ours, TF, TF-N; then TF-N, TF, ours).
 """
 
 from __future__ import annotations
@@ -422,14 +423,15 @@ def benchmark(quick: bool, spe: int) -> None:
     try:
         details["keras3"] = keras3_check(Path(home) / "tf-keras3")
         harness.log(f"Keras 3 driving ParameterServerStrategy: {details['keras3']}")
-        for key, workers, label, full_reps in CASES:
+        for case, (key, workers, label, full_reps) in enumerate(CASES):
+            # The CTR 1-worker case also runs TF with N steps per execution, in the same
+            # alternation: each baseline beside the runs of ours it is compared with (on
+            # this machine, speed drifts over minutes, and not alike for both sides).
+            sides = ["ours", "tf"] + ([f"tf_spe{spe}"] if case == 0 and spe > 1 else [])
             for rep in range(1 if quick else full_reps):
-                for side in ("ours", "tf") if rep % 2 == 0 else ("tf", "ours"):
-                    measure(label, side, key, workers, rep)
-        if spe > 1:  # the CTR 1-worker case again, TF with N steps per execution
-            key, workers, label, full_reps = CASES[0]
-            for rep in range(1 if quick else full_reps):
-                measure(label, f"tf_spe{spe}", key, workers, rep, steps_per_execution=spe)
+                for side in sides if rep % 2 == 0 else sides[::-1]:
+                    spe_args = {"steps_per_execution": spe} if side.startswith("tf_spe") else {}
+                    measure(label, side, key, workers, rep, **spe_args)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
