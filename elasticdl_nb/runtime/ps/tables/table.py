@@ -26,8 +26,9 @@ from elasticdl_nb.runtime.ps.tables.hash_index import EMPTY, HashIndex
 from elasticdl_nb.runtime.ps.tables.row_store import NEVER, RowStore
 from elasticdl_nb.runtime.table_def import TableDef, initial_rows
 
-ABSENT = EMPTY  # the row number `locate` gives an id the table does not hold (what
-# both indexes' `find` gives one they do not hold)
+# The row number `locate` gives an id the table does not hold: what both indexes' `find`
+# give one they do not hold, passed on as it is.
+ABSENT = EMPTY
 EVICTION_SLACK = 0.05  # how far over its cap a table grows before it evicts back to it
 TTL_CHECKS = 10  # a table with a TTL looks for expired rows this often per TTL
 
