@@ -88,7 +88,10 @@ class PendingExchange:
     learning_rates: list[float] = field(default_factory=list)
 
     def result(self):
-        """(dense or None, rows), retrying shards that were down."""
+        """(dense or None, rows), retrying shards that were down. `dense` is given once:
+        the shards' versions now count it as held, so later exchanges send it no more.
+        The caller puts it into the model (or the model trains on older values and
+        says they are these versions)."""
         return self.client._finish_exchange(self)
 
 

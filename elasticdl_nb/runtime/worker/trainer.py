@@ -182,7 +182,7 @@ class Trainer:
                 target[1] = grads.next_ids
             last = _Computed(task, self._payload(task, batch, grads), grads.loss, timing)
         if in_flight is not None:
-            reply(in_flight[0])
+            self.runner.load(reply(in_flight[0])[0])  # (the next task starts from them)
             if in_flight[1]:
                 self._applied(in_flight[1], in_flight[0])
         timing.task_seconds = time.perf_counter() - t_task
@@ -230,7 +230,9 @@ class Trainer:
                 t2 = time.perf_counter()
                 payload = self._payload(task, batch, grads, list(self.ps.versions))
                 handle = self._start(payload, {})
-                handle.result()
+                # The version this push completed, or the newer one a stale push is sent
+                # back: the next computation (this minibatch again, or the next) is on it.
+                self.runner.load(handle.result()[0])
                 timing.wait_seconds += (t1 - t0) + (time.perf_counter() - t2)
                 timing.compute_seconds += t2 - t1
                 timing.minibatches += 1
