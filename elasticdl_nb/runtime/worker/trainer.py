@@ -107,7 +107,13 @@ class Trainer:
     def _pull(self, features) -> dict:
         """Load the dense parameters a step on `features` needs into the model, and return
         its rows (evaluation)."""
-        dense, rows = self._start(None, self.runner.probe_ids(features)).result()
+        return self._loaded(self._start(None, self.runner.probe_ids(features)).result())
+
+    def _loaded(self, answer: tuple) -> dict:
+        """Put an exchange's dense values (if any) into the model; returns its rows. Every
+        reply that does not go into a train step comes through here: once read, its
+        values count as held (`PendingExchange.result`) and are not sent again."""
+        dense, rows = answer
         self.runner.load(dense)
         return rows
 
@@ -182,7 +188,7 @@ class Trainer:
                 target[1] = grads.next_ids
             last = _Computed(task, self._payload(task, batch, grads), grads.loss, timing)
         if in_flight is not None:
-            self.runner.load(reply(in_flight[0])[0])  # (the next task starts from them)
+            self._loaded(reply(in_flight[0]))  # (the next task starts from them)
             if in_flight[1]:
                 self._applied(in_flight[1], in_flight[0])
         timing.task_seconds = time.perf_counter() - t_task
@@ -204,7 +210,7 @@ class Trainer:
             return False
         # What comes back keeps the local model current.
         handle = self._start(computed.push, {})
-        self.runner.load(handle.result()[0])
+        self._loaded(handle.result())
         self._applied(computed, handle, wait=True)
         return True
 
@@ -232,7 +238,7 @@ class Trainer:
                 handle = self._start(payload, {})
                 # The version this push completed, or the newer one a stale push is sent
                 # back: the next computation (this minibatch again, or the next) is on it.
-                self.runner.load(handle.result()[0])
+                self._loaded(handle.result())
                 timing.wait_seconds += (t1 - t0) + (time.perf_counter() - t2)
                 timing.compute_seconds += t2 - t1
                 timing.minibatches += 1
