@@ -1,5 +1,5 @@
-"""The words every part of a job speaks: job states, phases, roles, instance states and
-the kinds of journal events.
+"""The words every part of a job speaks: job states, phases, roles, strategies, instance
+states and the kinds of journal events.
 
 Each is a `StrEnum`, so a member *is* its string: it goes into JSON, the journal and
 gRPC messages as is, and compares equal to the plain string a reader got from the wire
@@ -52,6 +52,13 @@ class Role(StrEnum):
     MASTER = "master"
     WORKER = "worker"
     PS = "ps"
+
+
+class Strategy(StrEnum):
+    """How a job's workers share what they learn (`JobSpec.strategy`)."""
+
+    PS = "ps"  # parameter servers hold the model; workers push gradients to them
+    ALLREDUCE = "allreduce"  # every worker holds a replica; the group averages gradients
 
 
 class InstanceState(StrEnum):

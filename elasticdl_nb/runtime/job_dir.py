@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import Role
 
 # The process of a local job that runs its master and its workers and PS (not a Role: it
@@ -49,6 +50,11 @@ class JobDir:
     @property
     def spec(self) -> Path:
         return self.path / "spec.json"
+
+    def read_spec(self) -> JobSpec:
+        """The job's JobSpec: the one reader of `spec.json` (OSError while there is none,
+        SpecError when it does not hold a valid spec)."""
+        return JobSpec.from_json(self.spec.read_text())
 
     @property
     def sources(self) -> Path:

@@ -16,6 +16,7 @@ from typing import Any
 
 from elasticdl_nb.spec.errors import SpecError
 from elasticdl_nb.spec.kubernetes import check_kubernetes_options
+from elasticdl_nb.vocabulary import Strategy
 
 
 def _opt(
@@ -70,12 +71,12 @@ class JobSpec:
     )
     workers: int = _opt(2, "Number of worker processes.", minimum=1)
     strategy: str = _opt(
-        "ps",
+        Strategy.PS.value,
         "How workers share what they learn: 'ps' = parameter servers hold the model and "
         "workers push gradients asynchronously; 'allreduce' = every worker holds a replica "
         "and the group averages gradients each step (synchronous; survives failures "
         "and grows in place, no PS).",
-        choices=("ps", "allreduce"),
+        choices=tuple(Strategy),
     )
     ps: int = _opt(1, "Number of parameter-server processes (the 'ps' strategy only).", minimum=1)
     # Training.
@@ -254,12 +255,12 @@ class JobSpec:
                 "e.g. model_def='mnist.custom_model'."
             )
         check_kubernetes_options(self)
-        if self.strategy == "allreduce" and self.overlap_communication:
+        if self.strategy == Strategy.ALLREDUCE and self.overlap_communication:
             raise SpecError(
                 "overlap_communication applies to the 'ps' strategy: allreduce steps are "
                 "synchronous. Drop overlap_communication or use strategy='ps'."
             )
-        if self.grads_to_wait and self.strategy != "ps":
+        if self.grads_to_wait and self.strategy != Strategy.PS:
             raise SpecError(
                 "grads_to_wait makes parameter servers wait for N gradients; the allreduce "
                 "strategy is synchronous already. Drop grads_to_wait or use strategy='ps'."
@@ -284,7 +285,7 @@ class JobSpec:
     @property
     def parameter_servers(self) -> int:
         """How many PS processes the job runs: none with the allreduce strategy."""
-        return 0 if self.strategy == "allreduce" else self.ps
+        return 0 if self.strategy == Strategy.ALLREDUCE else self.ps
 
     @property
     def records_per_task(self) -> int:

@@ -32,15 +32,16 @@ from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.tls import JobTls, ps_name
 from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.vocabulary import Strategy
 
 # (PS id, address) -> a channel to that PS with the job's credentials
 PsChannel = Callable[[int, str], grpc.Channel]
 # spec.strategy -> (the job, the spec, fixed PS addresses, PS channels) -> its strategy
 STRATEGIES: dict[str, Callable[[JobControl, JobSpec, list[str], PsChannel], TrainingStrategy]] = {
-    "ps": lambda job, spec, ps_addrs, ps_channel: PsStrategy(
+    Strategy.PS: lambda job, spec, ps_addrs, ps_channel: PsStrategy(
         job, spec.parameter_servers, ps_addrs, ps_channel
     ),
-    "allreduce": lambda job, spec, ps_addrs, ps_channel: AllreduceGroup(job, spec.workers),
+    Strategy.ALLREDUCE: lambda job, spec, ps_addrs, ps_channel: AllreduceGroup(job, spec.workers),
 }
 
 

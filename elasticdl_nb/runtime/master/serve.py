@@ -44,7 +44,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     token = token_from_env()
     env = ProcessEnv(token, job_dir, "", (), tls_dir=tls_dir_from_environ(), identity=MASTER)
     files = env.files
-    spec = JobSpec.from_json(files.spec.read_text())
+    spec = files.read_spec()
     name = spec.name
     sources = env.load_sources()
     train, validation = sources["train"], sources["validation"]

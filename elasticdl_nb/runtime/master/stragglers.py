@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from elasticdl_nb.runtime.master.goodput import JournalFold
 from elasticdl_nb.runtime.master.journal import Event, Journal
-from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role
+from elasticdl_nb.vocabulary import INSTANCE_ENDED, EventKind, InstanceState, Role, Strategy
 
 RATIO = 2.0
 SAMPLES = 3  # a worker's step time: the median of its last SAMPLES training tasks
@@ -61,7 +61,7 @@ class Stragglers(JournalFold):
 
     def __init__(self, journal: Journal, strategy: str):
         super().__init__(journal)
-        self._seconds = "compute_s" if strategy == "allreduce" else "task_s"
+        self._seconds = "compute_s" if strategy == Strategy.ALLREDUCE else "task_s"
         self._workers: dict[int, _Worker] = {}  # live workers
         self.flagged: dict[int, dict] = {}  # worker -> its `straggler` event's data
         self._now = 0.0  # the time of the newest judgement

@@ -30,7 +30,6 @@ from elasticdl_nb.runtime.protocol.tls import ps_name
 from elasticdl_nb.runtime.ps.checkpoints import CheckpointDir
 from elasticdl_nb.runtime.ps.service import ParameterServerService
 from elasticdl_nb.runtime.ps.store import ParameterStore
-from elasticdl_nb.spec import JobSpec
 
 log = logging.getLogger("elasticdl_nb.ps")
 
@@ -101,7 +100,7 @@ def main() -> None:
     setup_logging(f"ps-{ps_id}")
     identity = ps_name(ps_id)
     env = ProcessEnv.from_environ(identity)
-    spec = JobSpec.from_json(env.files.spec.read_text())
+    spec = env.files.read_spec()
     contract = load_bundle(env.files.bundle)
 
     store = ParameterStore(

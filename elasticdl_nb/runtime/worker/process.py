@@ -13,7 +13,7 @@ relaunches. Calls to the master ride out a master that is briefly unreachable
 from __future__ import annotations
 
 import argparse
-import json
+
 import logging
 import os
 import signal
@@ -28,6 +28,7 @@ from elasticdl_nb.runtime.protocol.patience import WrongPeer
 from elasticdl_nb.runtime.protocol.tls import WORKER
 from elasticdl_nb.runtime.worker.reporter import Reporter
 from elasticdl_nb.runtime.worker.task_feed import TaskRequests
+from elasticdl_nb.vocabulary import Strategy
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -46,7 +47,7 @@ def main() -> None:
     from elasticdl_nb.runtime.worker.trainer import Trainer, UserCodeError
 
     try:
-        if json.loads(env.files.spec.read_text()).get("strategy") == "allreduce":
+        if env.files.read_spec().strategy == Strategy.ALLREDUCE:
             _allreduce(env, worker_id, master, reporter)
         else:
             trainer = Trainer(

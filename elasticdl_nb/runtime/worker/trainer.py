@@ -35,7 +35,6 @@ from elasticdl_nb.runtime.worker.export import (
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
-from elasticdl_nb.spec import JobSpec
 
 log = logging.getLogger("elasticdl_nb.worker")
 
@@ -70,7 +69,7 @@ class Trainer:
         locate_ps: Callable[[], Sequence[str]],
     ):
         self.env, self.worker_id, self.reporter = env, worker_id, reporter
-        self.spec = JobSpec.from_json(env.files.spec.read_text())
+        self.spec = env.files.read_spec()
         sources = env.load_sources()
         try:
             contract = load_bundle(env.files.bundle)
