@@ -37,9 +37,9 @@ class KubernetesBackend(Backend):
     def find_jobs(self, namespace: str, kubeconfig: str = "") -> list[FoundJob]:
         from elasticdl_nb.backends.kubernetes.find import list_jobs
 
-        return list_jobs(namespace, kubeconfig)
+        return list_jobs(namespace, kubeconfig, backend=self.name)
 
     def find_job(self, name: str, namespace: str, kubeconfig: str = "") -> JobRecord | None:
         from elasticdl_nb.backends.kubernetes.find import record_for
 
-        return record_for(name, namespace, kubeconfig)
+        return record_for(name, namespace, kubeconfig, backend=self.name)

@@ -1,7 +1,11 @@
 """Finding Kubernetes jobs by label, for `attach` and `jobs` from a notebook other than
 the one that started them: the master's Job says the job exists (its current master pod
 whether it runs), its Secret holds the token and the notebook's TLS files, its Service the
-address, its ConfigMap the spec (for the shared volume)."""
+address, its ConfigMap the spec (for the shared volume).
+
+The backend (`backend.KubernetesBackend`) calls these with its name (`backend`), which
+the found jobs and records carry: this module does not import the backend, which
+imports it."""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ from elasticdl_nb.backends import job_records
 from elasticdl_nb.backends.backend import FoundJob
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import call, client_for, created
-from elasticdl_nb.backends.kubernetes.backend import KubernetesBackend
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.vocabulary import JobState
@@ -29,7 +32,7 @@ def _clients(kubeconfig: str):
     return client.CoreV1Api(api_client), client.BatchV1Api(api_client)
 
 
-def list_jobs(namespace: str, kubeconfig: str = "") -> list[FoundJob]:
+def list_jobs(namespace: str, kubeconfig: str = "", *, backend: str) -> list[FoundJob]:
     """Every job in the namespace: its master's Job, and its newest master pod."""
     core, batch = _clients(kubeconfig)
     selector = f"{m.LABEL_ROLE}=master"
@@ -50,7 +53,7 @@ def list_jobs(namespace: str, kubeconfig: str = "") -> list[FoundJob]:
                 phase, JobState.STARTING if phase is None else JobState.ENDED
             )
         stamp = created(job)
-        found.append(FoundJob(name, KubernetesBackend.name, state, stamp or None))
+        found.append(FoundJob(name, backend, state, stamp or None))
     return found
 
 
@@ -62,7 +65,9 @@ def _finished(job: dict) -> bool:
     )
 
 
-def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.JobRecord | None:
+def record_for(
+    name: str, namespace: str, kubeconfig: str = "", *, backend: str
+) -> job_records.JobRecord | None:
     """A local record of the cluster's job `name` (made now, so `Job` can reach it), or
     None if the namespace has no such job."""
     core, batch = _clients(kubeconfig)
@@ -86,13 +91,13 @@ def record_for(name: str, namespace: str, kubeconfig: str = "") -> job_records.J
 
     spec = JobSpec.from_json(bundle["data"][JobDir(Path()).spec.name])
 
-    record = job_records.find_job(name) or job_records.create_job(name, KubernetesBackend.name)
+    record = job_records.find_job(name) or job_records.create_job(name, backend)
     record = job_records.JobRecord(
         name,
         record.dir,
         base64.b64decode(secret["data"][m.TOKEN_KEY]).decode(),
         record.created,
-        KubernetesBackend.name,
+        backend,
         {
             "namespace": namespace,
             "kubeconfig": kubeconfig,
