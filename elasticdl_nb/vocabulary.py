@@ -44,6 +44,7 @@ class Phase(StrEnum):
     EVALUATING = "evaluating"  # the final evaluation
     EXPORTING = "exporting"  # one worker writes the trained model
     FINISHING = "finishing"  # the final checkpoint, then `succeeded`
+    DONE = "done"  # the job succeeded: the phase it ends in
 
 
 class Role(StrEnum):
@@ -148,7 +149,7 @@ class EventKind(StrEnum):
         "`worker`, `reason` (caught up, ended), and when it caught up `step_s`, `median_s`, "
         "`ratio`: a straggler is no longer one",
     )
-    PHASE = "phase", "`phase` (training, evaluating, exporting, finishing), `previous`"
+    PHASE = "phase", "`phase` (training, evaluating, exporting, finishing, done), `previous`"
     EPOCH = "epoch", "`epoch`, `tasks`"
     EVALUATION_STARTED = (
         "evaluation_started",

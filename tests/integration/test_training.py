@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import elasticdl_nb as edl
-from elasticdl_nb.runtime.job_dir import JobDir
+from elasticdl_nb.runtime.job_dir import JobDir, read_json
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.conftest import job_processes
 from tests.integration.models import accuracy, digits_job, model_zoo_module
@@ -26,6 +26,10 @@ def test_digits_job_reaches_90_percent_with_every_record_applied_once(job_home, 
 
     assert status["state"] == "succeeded"
     assert status["metrics"]["accuracy"] >= 0.90
+    # What the master left says the last epoch (0-based), whole, and the phase it ended in.
+    final = read_json(JobDir(job.dir).state)
+    assert (final["state"], final["phase"], final["epoch"]) == ("succeeded", "done", 5)
+    assert final["records_done"] == final["records_per_epoch"] == len(x)
     model = job.model()
     # The exported model is the model the final evaluation judged.
     assert accuracy(model, xt, yt) == pytest.approx(status["metrics"]["accuracy"], abs=1e-6)

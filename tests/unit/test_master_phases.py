@@ -25,9 +25,11 @@ def phase_events(journal: Journal) -> list[tuple[str, str]]:
     ]
 
 
-def test_every_phase_can_be_reached_and_left():
+def test_every_phase_can_be_reached_and_every_one_but_done_left():
     assert set(TRANSITIONS) == set(Phase)
-    assert all(TRANSITIONS[p] for p in Phase)
+    assert [p for p in Phase if not TRANSITIONS[p]] == [Phase.DONE]
+    reached = set().union(*TRANSITIONS.values())
+    assert reached == set(Phase)
 
 
 def test_the_way_back_from_finishing_to_training_is_allowed_and_journaled():
@@ -57,11 +59,8 @@ def test_an_illegal_move_raises_naming_the_history_and_changes_nothing():
     assert phases.current == Phase.EVALUATING and len(phase_events(journal)) == 1
 
 
-def test_a_job_journals_each_phase_it_passes_through_on_its_way_to_success(tmp_path):
-    # Allreduce: no PS to ask, so the coordinator runs the whole job on its own thread.
-    master = started_master(
-        tmp_path, workers=1, validation_records=0, strategy="allreduce", epochs=2
-    )
+def run_to_success(master) -> None:
+    """Run `master`'s coordinator, and be its one worker until the job is over."""
     threading.Thread(target=master.run, daemon=True).start()
     deadline = time.monotonic() + 20
     task = master.get_task(0, wait_seconds=5)
@@ -75,14 +74,41 @@ def test_a_job_journals_each_phase_it_passes_through_on_its_way_to_success(tmp_p
             )
         task = master.get_task(0, wait_seconds=1)
     assert master.state == JobState.SUCCEEDED
+
+
+def test_a_job_journals_each_phase_it_passes_through_on_its_way_to_success(tmp_path):
+    # Allreduce: no PS to ask, so the coordinator runs the whole job on its own thread.
+    master = started_master(
+        tmp_path, workers=1, validation_records=0, strategy="allreduce", epochs=2
+    )
+    run_to_success(master)
     assert phase_events(master.journal) == [
         ("training", "evaluating"),
         ("evaluating", "exporting"),
         ("exporting", "finishing"),
+        ("finishing", "done"),
     ]
     assert master.phases.history == [
         Phase.TRAINING,
         Phase.EVALUATING,
         Phase.EXPORTING,
         Phase.FINISHING,
+        Phase.DONE,
     ]
+
+
+def test_a_succeeded_job_says_its_last_epoch_whole_and_the_phase_done(tmp_path):
+    # `epoch` is 0-based (clients show epoch + 1): the last of 3 is 2, with all its records.
+    master = started_master(
+        tmp_path, workers=1, validation_records=0, strategy="allreduce", epochs=3
+    )
+    run_to_success(master)
+    status = master.status()
+    end = [e.data for e in master.journal.read(0, follow=False) if e.kind == EventKind.JOB_STATE]
+    for said in (status, end[-1]):
+        assert (said["epoch"], said["epochs"]) == (2, 3)
+        assert said["records_done"] == said["records_per_epoch"] == 40
+        assert said["step"] == 12  # (3 epochs of 4 minibatches)
+    assert end[-1]["state"] == status["state"] == JobState.SUCCEEDED
+    assert status["phase"] == Phase.DONE
+    assert status["model_path"] == master.export_path != ""

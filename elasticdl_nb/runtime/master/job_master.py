@@ -6,7 +6,7 @@ checking through the strategy that every minibatch of an epoch is really applied
 the epoch counts as done. Whatever depends on how gradients are applied (parameter
 servers or allreduce) is the strategy's (`strategy.TrainingStrategy`).
 
-Phases (`phases.py`): training -> evaluating -> exporting -> finishing -> succeeded, and
+Phases (`phases.py`): training -> evaluating -> exporting -> finishing -> done, and
 from finishing back to training when a PS lost work at the very end. A failure report, a
 spent relaunch budget or an error in the master ends the job `failed`; `Stop`, `stopped`.
 """
@@ -36,6 +36,9 @@ from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Phase, Role
 
 log = logging.getLogger("elasticdl_nb.master")
+
+# The phases in which the model is exported (its path is in the status).
+_EXPORTED = (Phase.FINISHING, Phase.DONE)
 
 
 class JobMaster:
@@ -366,7 +369,7 @@ class JobMaster:
                 "events": len(self.journal),
                 "master_restarts": self.incarnation,
                 "stragglers": self.stragglers.status(),
-                "model_path": self.export_path if self.phase == Phase.FINISHING else "",
+                "model_path": self.export_path if self.phase in _EXPORTED else "",
             }
 
     # ================================================================== coordinator
@@ -547,4 +550,5 @@ class JobMaster:
                 self._call_back(lambda c: c.train_end(self._newest_metrics()))
                 if self.state in MASTER_END_STATES:  # (a callback failed)
                     return
+                self.phases.move(Phase.DONE)
                 self._end(JobState.SUCCEEDED, self.stop_reason or "all epochs done")

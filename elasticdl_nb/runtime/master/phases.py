@@ -2,7 +2,7 @@
 
 The order, and the one way back:
 
-    training -> evaluating -> exporting -> finishing -> (succeeded)
+    training -> evaluating -> exporting -> finishing -> done (succeeded)
         ^                                      |
         +--------------------------------------+
           a PS lost work at the very end (the final checkpoint could not be taken, or
@@ -10,8 +10,10 @@ The order, and the one way back:
 
 `evaluating` is the final evaluation (a job without validation data passes through it
 at once), `exporting` waits for one worker to write the model, `finishing` takes the
-final checkpoint. The job's state (running, succeeded, failed, stopped) is apart from
-the phase: a job may fail or be stopped in any phase, and keeps the phase it had.
+final checkpoint; `done`, journaled just before `succeeded`, is where a job that
+succeeded ends, so that its final status does not read `finishing`. The job's state
+(running, succeeded, failed, stopped) is apart from the phase: a job may fail or be
+stopped in any phase, and keeps the phase it had.
 
 Every change is journaled as a `phase` event with `phase` and `previous`; a move the
 table does not allow is a bug in the master, and raises with the history of moves.
@@ -27,7 +29,8 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.TRAINING: frozenset({Phase.EVALUATING}),
     Phase.EVALUATING: frozenset({Phase.EXPORTING}),
     Phase.EXPORTING: frozenset({Phase.FINISHING}),
-    Phase.FINISHING: frozenset({Phase.TRAINING}),
+    Phase.FINISHING: frozenset({Phase.TRAINING, Phase.DONE}),
+    Phase.DONE: frozenset(),  # (the end)
 }
 
 
