@@ -65,7 +65,7 @@ import json, pathlib, tempfile, threading, time
 from IPython.display import display
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.widgets.job_view import JobView
+from elasticdl_nb.sdk.view import JobView
 
 
 class SyntheticJob:

@@ -8,266 +8,56 @@ desired workers, and the stragglers, if any, in one line:
 
 On a terminal the progress line is rewritten in place; elsewhere (a log, nbconvert) a line
 is printed at most every few seconds. Events that matter — instances ending or
-relaunching, re-queued work, evaluations, the end of the job — always get their own line.
+relaunching, re-queued work, evaluations, the end of the job — always get their own line:
+the line the job's `JobView` logs for them, as the dashboard's log shows it.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import TextIO
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.vocabulary import (
-    INSTANCE_ENDED,
-    EventKind,
-    GroupChange,
-    InstanceState,
-    JobState,
-    Role,
-)
-
-# How an instance can be lost: it ended, and not by finishing its work.
-INSTANCE_LOST = INSTANCE_ENDED - {InstanceState.SUCCEEDED}
-
-
-def format_progress(data: dict) -> str:
-    """The progress line: epoch, records (and their share), step and rate, from the
-    fields of a `progress` event."""
-    total = data.get("records_per_epoch") or 0
-    done = data.get("records_done", 0)
-    pct = f" ({100 * done / total:.0f}%)" if total else ""
-    return (
-        f"epoch {data.get('epoch', 0) + 1}/{data.get('epochs', '?')} | "
-        f"{done}/{total} records{pct} | step {data.get('step', 0)} | "
-        f"{data.get('records_per_second', 0):.0f} rec/s"
-    )
-
-
-def format_goodput(goodput: float | None) -> str:
-    """`goodput 0.93` (`0.996` rather than a `1.00` that is not one), or "" while there is
-    none (before the first minibatch)."""
-    if goodput is None:
-        return ""
-    text = f"{goodput:.2f}"
-    return f"goodput {f'{goodput:.3f}' if text == '1.00' and goodput < 1 else text}"
-
-
-def format_percent(share: float) -> str:
-    """`93 %` (`99.6 %` rather than a `100 %` that is not one), as the sidebar says it."""
-    percent = 100 * min(1.0, max(0.0, share))
-    text = f"{percent:.0f}"
-    return f"{f'{percent:.1f}' if text == '100' and percent < 100 else text} %"
-
-
-def format_stragglers(stragglers: dict[int, dict]) -> str:
-    """`straggler: worker 2 (2.6× median)` for the workers flagged (their `straggler`
-    events' data, by worker), or "" for none."""
-    if not stragglers:
-        return ""
-    named = ", ".join(f"worker {w}{times_median(d)}" for w, d in sorted(stragglers.items()))
-    return f"straggler{'s' if len(stragglers) > 1 else ''}: {named}"
-
-
-def times_median(straggler: dict) -> str:
-    """` (2.6× median)` from a `straggler` event's data ("" without a ratio)."""
-    ratio = straggler.get("ratio")
-    return f" ({ratio:.1f}× median)" if ratio else ""
-
-
-def job_figures(
-    goodput: float | None, live: int, desired: int | None, stragglers: dict[int, dict]
-) -> list[str]:
-    """The parts of a progress line after the progress itself: goodput, live/desired
-    workers, stragglers (the text progress and the dashboard say the same)."""
-    parts = [format_goodput(goodput), f"workers {live}/{desired if desired else '?'}"]
-    return [p for p in (*parts, format_stragglers(stragglers)) if p]
-
-
-def _number(value: object) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) else str(value)
-
-
-def describe(event: Event) -> str | None:
-    """One line for a notable event, or None for routine ones."""
-    d = event.data
-    if event.kind == EventKind.INSTANCE and d.get("kind") in INSTANCE_LOST:
-        if d.get("expected"):
-            return None
-        reason = d.get("reason") or d["kind"]
-        # a platform may not call it a preemption ("Evicted: ...")
-        if d["kind"] == InstanceState.PREEMPTED and "preempt" not in reason.lower():
-            reason = f"preempted: {reason}"
-        return f"{d['role']} {d['id']} {reason}"
-    if event.kind == EventKind.INSTANCE and d.get("kind") == InstanceState.PENDING:
-        return f"{d['role']} {d['id']} pending: {d.get('reason', '')}"
-    if event.kind == EventKind.PENDING_TOO_LONG:
-        return f"{d['role']} {d['id']} still not started after {d['seconds']:.0f} s: {d['reason']}"
-    if event.kind == EventKind.MEMORY_RAISED:
-        return f"{d['role']} {d['id']} ran out of memory: next {d['role']}s get {d['memory']}"
-    if event.kind == EventKind.RELAUNCH:
-        return f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
-    if event.kind == EventKind.RELAUNCH_REFUSED:
-        return f"not relaunching {d['role']} {d['id']}: {d['reason']}"
-    if event.kind == EventKind.REQUEUE and d.get("batches"):
-        return f"re-queued {d['batches']} minibatches of epoch {d.get('epoch', 0) + 1}"
-    if event.kind == EventKind.PS_RESTORED:
-        return (
-            f"PS {d['ps']} restored version {d['restored_version']}; "
-            f"{d['updates_rolled_back']} updates rolled back and redone"
-        )
-    if event.kind == EventKind.SCALE and d["workers_from"] != d["workers_to"]:
-        return f"scaling workers {d['workers_from']} -> {d['workers_to']}"
-    if event.kind == EventKind.EVALUATION:
-        metrics = ", ".join(f"{k} {_number(v)}" for k, v in d["metrics"].items())
-        return f"evaluation at step {d['step']}: {metrics}"
-    if event.kind == EventKind.EXPORT:
-        if d.get("tables"):
-            return (
-                f"embedding tables too large for a Keras file: exported as (id, vector) "
-                f"files to {d['path']} (elasticdl_nb.load_embeddings reads them)"
-            )
-        exported = [f"model exported to {d['path']}"] if d["path"] else []
-        if d.get("saved_model"):  # (export_format saved_model or both)
-            exported.append(f"SavedModel exported to {d['saved_model']}")
-        return "; ".join(exported)
-    if event.kind == EventKind.CHECKPOINT:
-        versions = ", ".join(str(v) for v in d.get("versions", []))
-        return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"
-    if event.kind == EventKind.PHASE:
-        return f"phase: {d['phase']}"
-    if event.kind == EventKind.GROUP:
-        return _group_line(d)
-    if event.kind == EventKind.GROUP_SETTLED:
-        return (
-            f"group v{d['version']} stepping again at step {d['step']}: "
-            f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
-        )
-    if event.kind == EventKind.STRAGGLER:
-        return (
-            f"worker {d['worker']} is a straggler: {d['step_s']:.3g} s per minibatch, "
-            f"{d['ratio'] or float('inf'):.1f}× the median of the others "
-            f"({d['median_s']:.3g} s) for {d['lagging_s']:.0f} s"
-        )
-    if event.kind == EventKind.STRAGGLER_CLEARED:
-        return f"worker {d['worker']} is no longer a straggler ({d['reason']})"
-    if event.kind == EventKind.MASTER_RESTARTED:
-        return (
-            f"master restarted (#{d['incarnation']}): rebuilt from {d['replayed']} events in "
-            f"{_milliseconds(d['rebuild_s'])}, {d['down_s']:.1f} s after the last one's last "
-            f"event; {d['adopted']} instances went on in their processes"
-        )
-    if event.kind == EventKind.JOB_STATE and d["state"] != JobState.RUNNING:
-        reason = f": {d['reason']}" if d.get("reason") else ""
-        return f"job {d['state']}{reason}"
-    return None
-
-
-_CAUSES = {
-    GroupChange.FAILURE: "failure",
-    GroupChange.JOINED: "join",
-    GroupChange.LEFT: "leave",
-    GroupChange.FORMED: "start",
-}
-
-
-def _milliseconds(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
-
-
-def _group_line(d: dict) -> str:
-    """An allreduce group version, and what made it."""
-    members = ", ".join(str(w) for w in d["members"])
-    line = f"allreduce group v{d['version']}: workers {members}"
-    if d["reason"] == GroupChange.FAILURE:
-        lost = ", ".join(str(w) for w in d["left"])
-        return (
-            f"{line} (worker {lost} lost at step {d.get('step', '?')}; "
-            f"survivors agreed in {_milliseconds(d.get('agreed_s', 0))})"
-        )
-    if d["reason"] == GroupChange.RESTORED:
-        lost = ", ".join(str(w) for w in d["left"])
-        return (
-            f"allreduce group v{d['version']}: every member lost (workers {lost}); the job "
-            f"goes back to the replicas' checkpoint of step {d['step']}"
-        )
-    if d["reason"] == GroupChange.FORMED and d.get("restore"):
-        return f"{line} (starting from the replicas' checkpoint {Path(d['restore']).name})"
-    if d["joined"] and d["reason"] != GroupChange.FORMED:
-        return f"{line} ({', '.join(str(w) for w in d['joined'])} joined)"
-    if d["left"]:
-        return f"{line} ({', '.join(str(w) for w in d['left'])} left)"
-    return line
-
-
-class JobFigures:
-    """What the progress line says besides the progress, folded from the journal
-    (`apply`): the goodput (of the newest `progress` or `job_state` event), the live
-    workers (started or running) and the desired ones (`scale`), the stragglers."""
-
-    def __init__(self) -> None:
-        self.goodput: float | None = None
-        self.desired: int | None = None
-        self.live: set[int] = set()
-        self.stragglers: dict[int, dict] = {}
-
-    def apply(self, event: Event) -> None:
-        d = event.data
-        if event.kind in (EventKind.PROGRESS, EventKind.JOB_STATE) and "goodput" in d:
-            self.goodput = d["goodput"]
-        elif event.kind == EventKind.SCALE:
-            self.desired = d["workers_to"]
-        elif event.kind == EventKind.INSTANCE and d["role"] == Role.WORKER:
-            if d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING):
-                self.live.add(d["id"])
-            else:
-                self.live.discard(d["id"])
-                if d["kind"] in INSTANCE_ENDED:
-                    self.stragglers.pop(d["id"], None)
-        elif event.kind == EventKind.STRAGGLER:
-            self.stragglers[d["worker"]] = d
-        elif event.kind == EventKind.STRAGGLER_CLEARED:
-            self.stragglers.pop(d["worker"], None)
-
-    def parts(self) -> list[str]:
-        return job_figures(self.goodput, len(self.live), self.desired, self.stragglers)
+from elasticdl_nb.sdk.view import JobView
+from elasticdl_nb.sdk.view.text import format_progress, job_figures
+from elasticdl_nb.vocabulary import EventKind
 
 
 class ProgressPrinter:
     """Prints one job's events as they come (`show(event)`): the progress line (progress,
     goodput, live/desired workers, stragglers), rewritten in place on a terminal and at
-    most every `every_seconds` elsewhere, and a line of its own for each notable event
-    (`describe`)."""
+    most every `every_seconds` elsewhere, and a line of its own for each notable event."""
 
     def __init__(self, name: str, out: TextIO | None = None, every_seconds: float = 5.0):
         self.name = name
         self.out = out or sys.stdout
         self.tty = self.out.isatty()
         self.every = every_seconds
-        self.figures = JobFigures()
+        self.view = JobView(name, log_lines=1, loss_capacity=2)
         self._last = float("-inf")
         self._open_line = False
 
     def show(self, event: Event) -> None:
-        self.figures.apply(event)
+        line = self.view.apply(event)
         if event.kind == EventKind.PROGRESS:
-            now = time.monotonic()
-            text = " | ".join(
-                [f"[{self.name}] {format_progress(event.data)}", *self.figures.parts()]
-            )
-            if self.tty:
-                self.out.write("\r" + text.ljust(100))
-                self._open_line = True
-            elif now - self._last >= self.every:
-                self.out.write(text + "\n")
-                self._last = now
-            self.out.flush()
-            return
-        line = describe(event)
-        if line:
+            self._progress_line(event)
+        elif line is not None:
             if self._open_line:
                 self.out.write("\n")
                 self._open_line = False
-            self.out.write(f"[{self.name}] {line}\n")
+            self.out.write(f"[{self.name}] {line.text}\n")
             self.out.flush()
+
+    def _progress_line(self, event: Event) -> None:
+        view = self.view
+        figures = job_figures(view.goodput(), view.live_workers(), view.workers, view.stragglers)
+        text = " | ".join([f"[{self.name}] {format_progress(event.data)}", *figures])
+        now = time.monotonic()
+        if self.tty:
+            self.out.write("\r" + text.ljust(100))
+            self._open_line = True
+        elif now - self._last >= self.every:
+            self.out.write(text + "\n")
+            self._last = now
+        self.out.flush()

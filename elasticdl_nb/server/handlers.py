@@ -24,7 +24,7 @@ from tornado import web
 from elasticdl_nb.sdk import attach, jobs
 from elasticdl_nb.server.events_socket import EventsSocket
 from elasticdl_nb.server.sdk_calls import call, find_job
-from elasticdl_nb.server.summary import job_detail, job_summary, remote_summary
+from elasticdl_nb.server.summary import VIEWS, job_detail, job_summary, remote_summary
 from elasticdl_nb.vocabulary import FINAL_STATES
 
 RESOURCE = "elasticdl"
@@ -64,7 +64,7 @@ class JobListHandler(JobsAPIHandler):
 
 
 def _summaries(namespace: str) -> list[dict[str, Any]]:
-    out = []
+    out, attached = [], []
     for listed in jobs(namespace or None):
         if listed["remote"]:  # nothing more to say without attaching to it
             out.append(remote_summary(listed))
@@ -73,7 +73,9 @@ def _summaries(namespace: str) -> list[dict[str, Any]]:
             job = attach(listed["name"])
         except LookupError:
             continue  # deleted since it was listed
+        attached.append(job)
         out.append(job_summary(job))
+    VIEWS.keep_only(attached)
     return out
 
 

@@ -1,43 +1,72 @@
-"""A job as the sidebar shows it: one small JSON object built from `Job.status()`, or, for
-a Kubernetes job only its namespace knows, from what `jobs()` says of it."""
+"""A job as the sidebar shows it: one small JSON object, the job's `JobView` summary (the
+one fold of its journal, `elasticdl_nb.sdk.view`) with the state and what the job is
+waiting for from `Job.status()`, which alone knows a job whose master is not up yet or is
+lost; or, for a Kubernetes job only its namespace knows, what `jobs()` says of it.
+
+The server keeps one view per job between requests (`JobViews`): each look folds only
+the events since the last one, and a job that has ended is not read again."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from elasticdl_nb.sdk import Job
+from elasticdl_nb.sdk.view import JobView
 from elasticdl_nb.vocabulary import JobState
+
+
+class JobViews:
+    """The views of the jobs this server was asked about, by job (name and creation
+    time: a job made again under the same name gets a new view). Thread-safe: handlers
+    run their SDK calls in threads."""
+
+    def __init__(self) -> None:
+        self._views: dict[tuple[str, float], JobView] = {}
+        self._locks: dict[tuple[str, float], threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def of(self, job: Job, state: str) -> JobView:
+        """`job`'s view, caught up with its journal unless the job (in `state`, as its
+        status says) has no journal to read yet."""
+        key = (job.name, job.created)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            view = self._views.get(key)
+            if view is None:
+                view = self._views[key] = JobView.for_job(job)
+            if not view.ended and state != JobState.STARTING:
+                view.catch_up(job)
+            return view
+
+    def keep_only(self, jobs: list[Job]) -> None:
+        """Forget the views of jobs no longer listed (deleted)."""
+        listed = {(job.name, job.created) for job in jobs}
+        with self._lock:
+            for key in set(self._views) - listed:
+                self._views.pop(key, None)
+                self._locks.pop(key, None)
+
+
+VIEWS = JobViews()
 
 
 def job_summary(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any]:
     """Name, backend, state, creation time (Unix seconds), progress (with `fraction` done,
-    0..1), worker and PS counts, the master's goodput (None before the first minibatch)
-    and how many times its master was replaced (`master_restarts`)."""
+    0..1), live and desired workers, PS count, the newest evaluation, the master's goodput
+    (None before the first minibatch), how many times its master was replaced
+    (`master_restarts`) and the stragglers; `error` and `waiting` when there are."""
     status = job.status() if status is None else status
     state = status.get("state", "unknown")
-    per_epoch = status.get("records_per_epoch") or 0
-    epochs = status.get("epochs") or 0
-    done = (status.get("epoch") or 0) * per_epoch + (status.get("records_done") or 0)
-    fraction = done / (per_epoch * epochs) if per_epoch and epochs else 0.0
     return {
+        **VIEWS.of(job, state).summary(),
         "name": job.name,
         "backend": job.backend,
         "state": state,
         "error": status.get("error") or "",
         "waiting": status.get("waiting") or "",
         "created": job.created,
-        "progress": {
-            "epoch": status.get("epoch", 0),
-            "epochs": epochs,
-            "step": status.get("step", 0),
-            "fraction": 1.0 if state == JobState.SUCCEEDED else min(1.0, fraction),
-            "records_per_second": status.get("records_per_second", 0.0),
-        },
-        "workers": {"live": status.get("workers", 0), "desired": status.get("desired_workers", 0)},
-        "ps": status.get("ps", 0),
-        "metrics": status.get("metrics") or {},
-        "goodput": status.get("goodput"),
-        "master_restarts": status.get("master_restarts") or 0,
         "remote": False,
     }
 
@@ -55,6 +84,9 @@ def remote_summary(listed: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_detail(job: Job) -> dict[str, Any]:
-    """The summary, plus every instance (role, id, state, pid, exit reason)."""
+    """The summary, plus every instance (role, id, state, pid, exit code, signal, reason,
+    restarts) as the journal last described it."""
     status = job.status()
-    return {**job_summary(job, status), "instances": status.get("instances", [])}
+    view = VIEWS.of(job, status.get("state", "unknown"))
+    instances = [vars(row).copy() for row in view.rows()]
+    return {**job_summary(job, status), "instances": instances}

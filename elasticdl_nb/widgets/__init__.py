@@ -5,14 +5,14 @@ VS Code, and nbclient/nbconvert runs, which store the widget state in the notebo
 displays a `Dashboard` (dashboard.py) and returns it. Elsewhere (terminal IPython, a plain
 script), or with `text=True`, a daemon thread prints compact text progress
 (`elasticdl_nb.sdk.progress.ProgressPrinter`) until the job ends, and `show` returns None.
+Both read the same `JobView` (`elasticdl_nb.sdk.view`): the journal is folded there once.
 
 `Dashboard` (and with it ipywidgets and plotly, a second to import) is loaded only when
 a dashboard is shown.
 
-The modules: job_view.py folds the job's journal into a `JobView` (no widgets), series.py
-keeps its curves bounded; dashboard.py is the `Dashboard` widget and its two threads,
-dashboard_html.py draws its status and details as HTML, live_figure.py is its plotly
-figure, which sends each update as one message.
+The modules: dashboard.py is the `Dashboard` widget and its two threads, dashboard_html.py
+draws its status and details as HTML, live_figure.py is its plotly figure, which sends
+each update as one message.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, TextIO
 
-from elasticdl_nb.widgets.job_view import JobLike, JobView
-from elasticdl_nb.widgets.series import Series
+from elasticdl_nb.sdk.view import JobLike
 
 if TYPE_CHECKING:
     from elasticdl_nb.widgets.dashboard import Dashboard
 
-__all__ = ["Dashboard", "JobLike", "JobView", "Series", "show", "widget_frontend_available"]
+__all__ = ["Dashboard", "show", "widget_frontend_available"]
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,8 @@
 Two daemon threads per dashboard, nothing shared between dashboards:
 
 - the reader follows `job.events(follow=True)` from seq 0 and folds every event into a
-  `JobView` (job_view.py) under a lock; it never touches a widget;
+  `JobView` (`elasticdl_nb.sdk.view`, the one fold every front end reads) under a lock;
+  it never touches a widget;
 - the renderer wakes every `interval` seconds and pushes what changed into widget traits.
   Only traits: never `print` or `with output:` from a thread, which would write into
   whichever cell happens to be running.
@@ -33,6 +34,15 @@ from typing import Any
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from elasticdl_nb.sdk.view import JobLike, JobView
+from elasticdl_nb.sdk.view.timeline import (
+    MARK_KINDS,
+    MASTER_LOST,
+    PS_LOST,
+    RELAUNCH,
+    STRAGGLER,
+    WORKER_LOST,
+)
 from elasticdl_nb.vocabulary import JobState
 from elasticdl_nb.widgets.dashboard_html import (
     ERROR_COLOR,
@@ -42,16 +52,7 @@ from elasticdl_nb.widgets.dashboard_html import (
     status_html,
     tensorboard_html,
 )
-from elasticdl_nb.widgets.job_view import JobLike, JobView
 from elasticdl_nb.widgets.live_figure import LiveFigure
-from elasticdl_nb.widgets.timeline import (
-    MARK_KINDS,
-    MASTER_LOST,
-    PS_LOST,
-    RELAUNCH,
-    STRAGGLER,
-    WORKER_LOST,
-)
 
 CONFIRM_SECONDS = 5.0  # "Confirm stop" turns back into "Stop" after this long
 TRAINING_LOSS = "training loss"
@@ -276,7 +277,7 @@ class Dashboard:
                 version = view.timeline.version
                 stale = not ended and now - drawn_at >= TIMELINE_EXTEND_S
                 if version and (version != drawn or stale or final):
-                    timeline = _timeline_traces(view, time.time())
+                    timeline = view.timeline.traces(view.elapsed(time.time()))
                     self._timeline_drawn = (version, now)
         sent = 0
         with self._push_lock:
@@ -313,7 +314,7 @@ class Dashboard:
         timeline: list[dict[str, list]] | None = None,
     ) -> int:
         """Update the curves (new evaluation metrics get a trace on the right axis) and
-        the workers over time (`_timeline_traces`, for the traces after the loss)."""
+        the workers over time (`Timeline.traces`, for the traces after the loss)."""
         fig, sent = self.figure, 0
         new = [name for name in curves if name not in self._traces]
         if new:
@@ -395,32 +396,6 @@ class Dashboard:
 
         self._action = threading.Thread(target=run, name="edl-dashboard-control", daemon=True)
         self._action.start()
-
-
-def _timeline_traces(view: JobView, now: float) -> list[dict[str, list]]:
-    """The timeline chart's traces (live, desired, then a trace per kind of mark) from the
-    view; a running job's lines go on to `now` (Unix time)."""
-    timeline = view.timeline
-    live, desired = timeline.live.xy(), timeline.desired.xy()
-    lines = []
-    end = view.elapsed(now)
-    for (xs, ys), current in zip((live, desired), timeline.now()):
-        xs, ys = list(xs), list(ys)
-        if xs and current is not None and end > xs[-1]:
-            xs.append(round(end, 3))
-            ys.append(current)
-        lines.append({"x": xs, "y": ys})
-    marks = []
-    for kind in MARK_KINDS:
-        of_kind = [m for m in timeline.marks if m.kind == kind]
-        marks.append(
-            {
-                "x": [m.at for m in of_kind],
-                "y": [m.workers for m in of_kind],
-                "text": [m.text for m in of_kind],
-            }
-        )
-    return lines + marks
 
 
 def _execution_count() -> int | None:

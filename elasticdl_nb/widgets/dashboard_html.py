@@ -13,7 +13,8 @@ import html
 import shlex
 import time
 
-from elasticdl_nb.sdk.progress import (
+from elasticdl_nb.sdk.view import JobView
+from elasticdl_nb.sdk.view.text import (
     INSTANCE_LOST,
     format_percent,
     format_progress,
@@ -21,7 +22,6 @@ from elasticdl_nb.sdk.progress import (
     times_median,
 )
 from elasticdl_nb.vocabulary import GroupChange, JobState, Phase, Role
-from elasticdl_nb.widgets.job_view import JobView
 
 STATE_COLORS = {
     JobState.STARTING: "#888",

@@ -19,7 +19,8 @@ import pytest
 
 from elasticdl_nb.runtime.master.goodput import Goodput
 from elasticdl_nb.runtime.master.journal import read_journal_file
-from elasticdl_nb.sdk.progress import ProgressPrinter, format_goodput, format_percent
+from elasticdl_nb.sdk.progress import ProgressPrinter
+from elasticdl_nb.sdk.view.text import format_goodput, format_percent
 from tests.integration.dashboards import rendered_dashboard
 from tests.integration.faults import fault_rng, pid_of, wait_for, wait_for_step
 from tests.integration.models import digits_job, paced_loss

@@ -9,9 +9,9 @@ import io
 
 from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.sdk.progress import ProgressPrinter
+from elasticdl_nb.sdk.view import JobView
+from elasticdl_nb.sdk.view.timeline import MASTER_LOST, PS_LOST, RELAUNCH, STRAGGLER, WORKER_LOST
 from elasticdl_nb.widgets.dashboard_html import details_html, status_html
-from elasticdl_nb.widgets.job_view import JobView
-from elasticdl_nb.widgets.timeline import MASTER_LOST, PS_LOST, RELAUNCH, STRAGGLER, WORKER_LOST
 
 T0 = 1_700_000_000.0
 

@@ -8,9 +8,8 @@ import time
 import pytest
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.sdk.progress import describe
-from elasticdl_nb.widgets.job_view import JobView
-from elasticdl_nb.widgets.series import Series
+from elasticdl_nb.sdk.view import JobView, Series
+from elasticdl_nb.sdk.view.text import describe
 
 T0 = 1_700_000_000.0
 

@@ -5,7 +5,6 @@ ipywidgets gives every widget a `comm.DummyComm`, whose `publish_msg` is wrapped
 """
 
 import io
-import json
 import threading
 import time
 from collections import Counter
@@ -15,6 +14,7 @@ import plotly.graph_objects as go
 import pytest
 
 from elasticdl_nb.runtime.master.journal import Event
+from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.widgets import show, widget_frontend_available
 from elasticdl_nb.widgets.dashboard import Dashboard
 from elasticdl_nb.widgets.live_figure import LiveFigure
@@ -31,8 +31,10 @@ class FakeJob:
         self.name = name
         self.dir = tmp_path / name
         self.dir.mkdir()
-        spec = {"backend": "local", "epochs": 2, "workers": 2, "ps": 1, "tensorboard": tensorboard}
-        (self.dir / "spec.json").write_text(json.dumps(spec))
+        spec = JobSpec.from_options(
+            data=["train.csv"], epochs=2, workers=2, ps=1, tensorboard=tensorboard
+        )
+        (self.dir / "spec.json").write_text(spec.to_json())
         self._events = events
         self.pause_every, self.pause, self.fail_after = pause_every, pause, fail_after
         self.calls: list[tuple] = []

@@ -1,27 +1,34 @@
-"""`JobView`: what the dashboard shows, folded from the job's event journal.
+"""`JobView`: a job as every client shows it, folded from its event journal.
 
-No widgets here: `JobView.apply(event)` takes journal events one by one (README, "The
-event journal") and keeps the header (with the master's goodput and restarts), the
-progress, the instances and the stragglers among them, a bounded event log, the loss and
-evaluation curves, and the workers over time with the faults and relaunches marked
-(`Timeline`, timeline.py). Everything it shows is derived from events, so
-replaying the journal from seq 0 (reattaching after a kernel restart) rebuilds exactly
-the view that following the job live had built. Times come from the events' own stamps;
-only "now" (for the elapsed time and the ETA of a running job) is passed in by the caller.
+This is the one fold of the journal on the client: the text progress (progress.py), the
+notebook dashboard (`elasticdl_nb.widgets`), the server extension's summaries and through
+them the JupyterLab sidebar all read a `JobView`, so each rule (which workers are live,
+when a straggler stops being one, the goodput, the workers over time) is written here
+once. No widgets: `JobView.apply(event)` takes journal events one by one (docs/events.md)
+and keeps the header (with the master's goodput and restarts), the progress, the
+instances and the stragglers among them, a bounded event log, the loss and evaluation
+curves, and the workers over time with the faults and relaunches marked (`Timeline`,
+timeline.py). Everything it shows is derived from events, so replaying the journal from
+seq 0 (reattaching after a kernel restart) rebuilds exactly the view that following the
+job live had built. Times come from the events' own stamps; only "now" (for the elapsed
+time and the ETA of a running job) is passed in by the caller.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.sdk.progress import INSTANCE_LOST, describe
+from elasticdl_nb.sdk.view.series import Series
+from elasticdl_nb.sdk.view.text import INSTANCE_LOST, describe
+from elasticdl_nb.sdk.view.timeline import Timeline
+from elasticdl_nb.spec.errors import SpecError
 from elasticdl_nb.vocabulary import (
     FINAL_STATES,
     INSTANCE_ENDED,
@@ -31,9 +38,8 @@ from elasticdl_nb.vocabulary import (
     JobState,
     Phase,
     Role,
+    Strategy,
 )
-from elasticdl_nb.widgets.series import Series
-from elasticdl_nb.widgets.timeline import Timeline
 
 # The table's word for a PS between its end and its relaunch under the same id (a
 # `relaunch` event); not a journal word, so not an `InstanceState`.
@@ -63,8 +69,8 @@ TIMELINE_KINDS = frozenset(
 
 
 class JobLike(Protocol):
-    """What the dashboard needs of a job; `elasticdl_nb.Job` has it all (and `dir`, whose
-    spec.json gives the backend, the epochs, the workers and the PS, when there is one)."""
+    """What a view needs of a job; `elasticdl_nb.Job` has it all (and `dir`, whose spec
+    gives the backend, the epochs, the workers and the PS, when there is one)."""
 
     @property
     def name(self) -> str: ...
@@ -102,7 +108,8 @@ class LogLine:
 
 
 class JobView:
-    """The dashboard's state for one job; feed it with `apply` in journal order."""
+    """One job as the journal tells it; feed it with `apply` in journal order (or
+    `catch_up(job)`)."""
 
     def __init__(
         self,
@@ -137,6 +144,7 @@ class JobView:
         self.loss = Series(loss_capacity)
         self.last_loss: float | None = None
         self.metrics: dict[str, Series] = {}
+        self.last_metrics: dict[str, Any] = {}  # the newest evaluation's, name -> value
         self._metric_capacity = max(2, loss_capacity // 2)
         # Allreduce jobs: the group's newest version and members, and how long the last
         # change took until the group stepped again (journal "group", "group_settled").
@@ -144,6 +152,7 @@ class JobView:
         self.group_members: list[int] = []
         self.last_change: tuple[str, float] | None = None  # (cause, seconds)
         self.stragglers: dict[int, dict] = {}  # worker -> its `straggler` event's data
+        self._live: set[int] = set()  # workers started or running
         self.master_restarts = 0
         self.timeline = Timeline()
         # Bumped when the table or the log change: a renderer redraws those only then.
@@ -152,30 +161,38 @@ class JobView:
 
     @classmethod
     def for_job(cls, job: JobLike, **options: Any) -> JobView:
-        """A view of `job`, with the backend, epochs, workers and PS of its spec.json, and
+        """A view of `job`, with the backend, epochs, workers and PS of its spec, and
         where its TensorBoard log is (when it writes one)."""
-        spec: dict[str, Any] = {}
         try:
-            spec = json.loads(JobDir(job.dir).spec.read_text())
-        except (AttributeError, OSError, ValueError):
-            pass  # a job without a readable spec still gets a dashboard, with '?' for these
+            files = JobDir(Path(job.dir))  # (AttributeError, TypeError: a job without files)
+            spec = files.read_spec()
+        except (AttributeError, TypeError, OSError, SpecError):
+            return cls(name=job.name, **options)  # a view still, with '?' for these
         return cls(
             name=job.name,
-            backend=spec.get("backend", "?"),
-            epochs=spec.get("epochs"),
-            workers=spec.get("workers"),
-            ps=0 if spec.get("strategy") == "allreduce" else spec.get("ps"),
-            tensorboard_dir=str(JobDir(job.dir).tensorboard) if spec.get("tensorboard") else "",
+            backend=spec.backend,
+            epochs=spec.epochs,
+            workers=spec.workers,
+            ps=0 if spec.strategy == Strategy.ALLREDUCE else spec.ps,
+            tensorboard_dir=str(files.tensorboard) if spec.tensorboard else "",
             **options,
         )
 
+    def catch_up(self, job: JobLike) -> JobView:
+        """Fold what `job`'s journal holds after `last_seq`, without waiting for more (a
+        view kept between two looks at a job: the server extension's)."""
+        for event in job.events(from_seq=self.last_seq + 1, follow=False):
+            self.apply(event)
+        return self
+
     # ------------------------------------------------------------------ folding events
 
-    def apply(self, event: Event) -> None:
-        """Fold one journal event into the view. Events at or below `last_seq` were seen
-        already (a stream resumed after a reconnect) and are ignored."""
+    def apply(self, event: Event) -> LogLine | None:
+        """Fold one journal event into the view; returns the log line it made, if any.
+        Events at or below `last_seq` were seen already (a stream resumed after a
+        reconnect) and are ignored."""
         if event.seq <= self.last_seq:
-            return
+            return None
         self.last_seq = event.seq
         if self.started_at is None:
             self.started_at = self.timeline.origin = event.time
@@ -183,14 +200,15 @@ class JobView:
         if handler is not None:
             handler(self, event)
         if event.kind in TIMELINE_KINDS:
-            self.timeline.apply(event, self.workers)
+            self.timeline.apply(event, len(self._live), self.workers)
         line = describe(event)
-        if line:
-            self.add_log(event.seq, event.time, line, error=_is_error(event))
+        return self.add_log(event.seq, event.time, line, error=_is_error(event)) if line else None
 
-    def add_log(self, seq: int, when: float, text: str, error: bool = False) -> None:
-        self.log.append(LogLine(seq, when, text, error))
+    def add_log(self, seq: int, when: float, text: str, error: bool = False) -> LogLine:
+        line = LogLine(seq, when, text, error)
+        self.log.append(line)
         self.log_version += 1
+        return line
 
     def _take_progress(self, event: Event) -> None:
         fields = {k: event.data[k] for k in PROGRESS_FIELDS if k in event.data}
@@ -235,6 +253,7 @@ class JobView:
 
     def _on_evaluation(self, event: Event) -> None:
         d = event.data
+        self.last_metrics = dict(d.get("metrics", {}))
         for name, value in d.get("metrics", {}).items():
             if isinstance(value, int | float):
                 series = self.metrics.get(name)
@@ -268,12 +287,15 @@ class JobView:
         row.state = d["kind"]
         if d.get("pid"):
             row.pid = d["pid"]
-        if d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING):
+        live = d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING)
+        if d["role"] == Role.WORKER:
+            (self._live.add if live else self._live.discard)(row.id)
+        if live:
             row.exit_code, row.signal = None, None
             if d["kind"] == InstanceState.STARTED:
                 row.reason = ""
         if d["kind"] in INSTANCE_ENDED:
-            if d["role"] == Role.WORKER:
+            if d["role"] == Role.WORKER:  # an ended worker is no straggler any more
                 self.stragglers.pop(row.id, None)
             row.exit_code = d.get("exit_code")
             row.signal = d.get("signal")
@@ -361,11 +383,42 @@ class JobView:
         return self.progress.get("goodput")
 
     def live_workers(self) -> int:
-        return sum(
-            1
-            for (role, _), row in self.instances.items()
-            if role == Role.WORKER and row.state in (InstanceState.STARTED, InstanceState.RUNNING)
-        )
+        """Workers started or running, as their newest `instance` events said."""
+        return len(self._live)
+
+    def fraction_done(self) -> float:
+        """How much of the training is done, 0..1 (1 once the job succeeded)."""
+        if self.state == JobState.SUCCEEDED:
+            return 1.0
+        per_epoch, epochs = self.records_total(), self.epochs or self.progress.get("epochs")
+        if not per_epoch or not epochs:
+            return 0.0
+        done = int(self.progress.get("epoch") or 0) * per_epoch + self.records_done()
+        return min(1.0, done / (per_epoch * epochs))
+
+    def summary(self) -> dict[str, Any]:
+        """The job in a few figures, as the sidebar shows it: progress (with `fraction`
+        done), live and desired workers, PS, the newest evaluation, goodput, master
+        restarts and stragglers."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "state": self.state,
+            "phase": self.phase,
+            "progress": {
+                "epoch": int(self.progress.get("epoch") or 0),
+                "epochs": int(self.epochs or self.progress.get("epochs") or 0),
+                "step": int(self.progress.get("step") or 0),
+                "fraction": self.fraction_done(),
+                "records_per_second": self.records_per_second(),
+            },
+            "workers": {"live": self.live_workers(), "desired": self.workers or 0},
+            "ps": self.ps or 0,
+            "metrics": dict(self.last_metrics),
+            "goodput": self.goodput(),
+            "master_restarts": self.master_restarts,
+            "stragglers": sorted(self.stragglers),
+        }
 
     def rows(self) -> list[InstanceRow]:
         """Instances in table order: PS first, then workers, each by id."""

@@ -1,9 +1,11 @@
 """`Timeline`: the workers over time, with the faults and relaunches on the way (the
-dashboard's second chart), folded from journal events alongside the `JobView`.
+dashboard's second chart), kept by the `JobView` as it folds the journal.
 
 Times are seconds since the job's first event. The live and desired worker counts are
 kept as their changes (a step line), in bounded `Series`; the marks (a worker, a PS or the
-master lost, a relaunch, a straggler flagged) in a bounded deque of the newest.
+master lost, a relaunch, a straggler flagged) in a bounded deque of the newest. Which
+workers are live is the view's to say (one rule for every reader); the timeline only
+records how that number moved.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.sdk.progress import INSTANCE_LOST, times_median
-from elasticdl_nb.vocabulary import EventKind, InstanceState, Role
-from elasticdl_nb.widgets.series import Series
+from elasticdl_nb.sdk.view.series import Series
+from elasticdl_nb.sdk.view.text import INSTANCE_LOST, times_median
+from elasticdl_nb.vocabulary import EventKind, Role
 
 # The kinds of mark, in the legend's order.
 WORKER_LOST = "worker lost"
@@ -23,6 +25,9 @@ MASTER_LOST = "master restarted"
 RELAUNCH = "relaunch"
 STRAGGLER = "straggler"
 MARK_KINDS = (WORKER_LOST, PS_LOST, MASTER_LOST, RELAUNCH, STRAGGLER)
+
+# A trace of the chart: x, y and, for marks, their hover texts.
+Trace = dict[str, list]
 
 
 @dataclass(frozen=True)
@@ -34,9 +39,8 @@ class Mark:
 
 
 class Timeline:
-    """Live workers (started or running, as their `instance` events said) and desired
-    workers over time, and the marks on the way. `apply(event, desired)` with the desired
-    workers after the event."""
+    """Live and desired workers over time, and the marks on the way. `apply(event, live,
+    desired)` with the live and desired workers after the event."""
 
     def __init__(self, capacity: int = 512, marks: int = 200):
         self.origin: float | None = None  # the time of the job's first event
@@ -46,19 +50,11 @@ class Timeline:
         self.version = 0  # bumped on every change: a renderer redraws only then
         self._live: int | None = None
         self._desired: int | None = None
-        self._workers: set[int] = set()  # live now
 
-    def apply(self, event: Event, desired: int | None) -> None:
+    def apply(self, event: Event, live: int, desired: int | None) -> None:
         if self.origin is None:
             self.origin = event.time
         at = round(event.time - self.origin, 3)
-        d = event.data
-        if event.kind == EventKind.INSTANCE and d["role"] == Role.WORKER:
-            if d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING):
-                self._workers.add(d["id"])
-            else:
-                self._workers.discard(d["id"])
-        live = len(self._workers)
         if live != self._live:
             self.live.add(at, live)
             self._live = live
@@ -75,6 +71,28 @@ class Timeline:
     def now(self) -> tuple[int | None, int | None]:
         """The live and desired workers as of the newest event."""
         return self._live, self._desired
+
+    def traces(self, until: float) -> list[Trace]:
+        """The chart's traces: live, desired, then one per kind of mark (`MARK_KINDS`);
+        the lines go on to `until` (seconds since the first event), a running job's now."""
+        lines = []
+        for series, current in zip((self.live, self.desired), self.now()):
+            xs, ys = (list(values) for values in series.xy())
+            if xs and current is not None and until > xs[-1]:
+                xs.append(round(until, 3))
+                ys.append(current)
+            lines.append({"x": xs, "y": ys})
+        marks = []
+        for kind in MARK_KINDS:
+            of_kind = [m for m in self.marks if m.kind == kind]
+            marks.append(
+                {
+                    "x": [m.at for m in of_kind],
+                    "y": [m.workers for m in of_kind],
+                    "text": [m.text for m in of_kind],
+                }
+            )
+        return lines + marks
 
 
 def _mark(event: Event) -> tuple[str, str] | None:
