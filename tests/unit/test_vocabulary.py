@@ -1,16 +1,16 @@
-"""The vocabulary is the one place its words are defined: the README says the same."""
+"""The vocabulary is the one place its words are defined: the docs say the same."""
 
 import json
 from pathlib import Path
 
 from elasticdl_nb.vocabulary import FINAL_STATES, EventKind, JobState, event_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EVENTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
 
 
-def test_the_readme_event_table_is_the_vocabulary_s():
-    assert event_table() in README.read_text(), (
-        "README.md's event table differs from elasticdl_nb.vocabulary.EventKind: paste "
+def test_the_docs_event_table_is_the_vocabulary_s():
+    assert event_table() in EVENTS_DOC.read_text(), (
+        "docs/events.md's event table differs from elasticdl_nb.vocabulary.EventKind: paste "
         "the output of `python -c 'from elasticdl_nb.vocabulary import event_table; "
         "print(event_table())'` over it"
     )
