@@ -16,13 +16,9 @@ from elasticdl_nb.backends import job_records
 from elasticdl_nb.backends.backend import FoundJob
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import call, client_for, created
+from elasticdl_nb.backends.kubernetes.job_state import current_pod, job_dir_of, job_state
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.protocol import tls
-from elasticdl_nb.vocabulary import JobState
-
-# What a job whose master pod is in this phase is (the pod's phase says no more than
-# that); a job whose Job has not finished but has no master pod now is getting a new one.
-_STATE_OF_PHASE = {"Pending": JobState.STARTING, "Running": JobState.RUNNING}
 
 
 def _clients(kubeconfig: str):
@@ -33,36 +29,24 @@ def _clients(kubeconfig: str):
 
 
 def list_jobs(namespace: str, kubeconfig: str = "", *, backend: str) -> list[FoundJob]:
-    """Every job in the namespace: its master's Job, and its newest master pod."""
+    """Every job in the namespace, in the state `job_state` reads from its master's Job,
+    its current master pod and its files (where this machine sees its volume): the
+    state its `Job.status()` says."""
     core, batch = _clients(kubeconfig)
     selector = f"{m.LABEL_ROLE}=master"
     where = f"list jobs in namespace {namespace!r}"
     jobs = call(where, batch.list_namespaced_job, namespace, label_selector=selector)
     pods = call(where, core.list_namespaced_pod, namespace, label_selector=selector)
-    newest: dict[str, dict] = {}
-    for pod in sorted(pods.get("items", []), key=created):
-        newest[pod["metadata"]["labels"].get(m.LABEL_JOB, "")] = pod
+    masters: dict[str, list[dict]] = {}
+    for pod in pods.get("items", []):
+        masters.setdefault(pod["metadata"]["labels"].get(m.LABEL_JOB, ""), []).append(pod)
     found = []
     for job in jobs.get("items", []):
         name = job["metadata"]["labels"][m.LABEL_JOB]
-        if _finished(job):
-            state = JobState.ENDED
-        else:
-            phase = ((newest.get(name) or {}).get("status") or {}).get("phase")
-            state = _STATE_OF_PHASE.get(
-                phase, JobState.STARTING if phase is None else JobState.ENDED
-            )
-        stamp = created(job)
-        found.append(FoundJob(name, backend, state, stamp or None))
+        pod = current_pod(masters.get(name, []))
+        state = job_state(name, namespace, job, pod, job_dir_of(job, name)).state
+        found.append(FoundJob(name, backend, state, created(job) or None))
     return found
-
-
-def _finished(job: dict) -> bool:
-    """Whether the Job completed (its master recorded the end) or failed."""
-    return any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or []
-    )
 
 
 def record_for(

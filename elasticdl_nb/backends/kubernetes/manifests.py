@@ -40,6 +40,7 @@ APP = "elasticdl-nb"
 LABEL_JOB, LABEL_ROLE, LABEL_INDEX = "elasticdl-nb/job", "elasticdl-nb/role", "elasticdl-nb/index"
 MASTER_PORT, PS_PORT, PS_BULK_PORT = 50001, 50002, 50003
 JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
+JOB_VOLUME = "job"  # its name in a pod's volumes
 BUNDLE_MOUNT = "/etc/elasticdl-nb/job"  # the ConfigMap: spec, sources, model bundle
 TOKEN_KEY = "token"
 # The Secret's TLS files that a pod's own name needs (the authority's certificate, its
@@ -341,7 +342,7 @@ def _pod(
         "env": env,
         "resources": {"requests": requests, "limits": limits},
         "volumeMounts": [
-            {"name": "job", "mountPath": JOB_MOUNT},
+            {"name": JOB_VOLUME, "mountPath": JOB_MOUNT},
             {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True},
         ],
     }
@@ -379,12 +380,12 @@ def _identity(role: str, index: int | None) -> str:
 def _job_volume(spec: JobSpec) -> dict[str, Any]:
     kind, _, where = spec.shared_volume.partition(":")
     if kind == "pvc":
-        return {"name": "job", "persistentVolumeClaim": {"claimName": where}}
+        return {"name": JOB_VOLUME, "persistentVolumeClaim": {"claimName": where}}
     if kind == "hostPath":
-        return {"name": "job", "hostPath": {"path": where, "type": "DirectoryOrCreate"}}
+        return {"name": JOB_VOLUME, "hostPath": {"path": where, "type": "DirectoryOrCreate"}}
     # No shared volume named: a scratch directory per pod. Enough for --dry-run; the
     # launch refuses it, since checkpoints and the journal must outlive a pod.
-    return {"name": "job", "emptyDir": {}}
+    return {"name": JOB_VOLUME, "emptyDir": {}}
 
 
 def _service(

@@ -7,13 +7,15 @@ Where it is reached: inside the cluster, at its Service's DNS name; outside, at 
 Service's cluster IP if this machine routes the service range (a node, a local test
 cluster), else through a port-forward via the API server to whichever pod is the master
 when a connection opens. The Service selects the master by labels, so its address stays.
-The job's files are read where the notebook sees the shared volume; where it does not,
-the final state still comes from the master pod's termination message.
+Whether the master runs at all, has ended, is lost or is still starting is `job_state`'s
+reading of the master's Job, its pod and the job's files (where the notebook sees the
+shared volume; where it does not, the final state comes from the master pod's
+termination message): the master is asked only while that says it runs, so an ended job
+answers from what its end left, at once.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -25,10 +27,10 @@ from elasticdl_nb.backends.kubernetes.api import (
     KubernetesError,
     call,
     client_for,
-    created,
     explain,
 )
-from elasticdl_nb.runtime.job_dir import JobDir, read_json
+from elasticdl_nb.backends.kubernetes.job_state import Reading, current_pod, job_state
+from elasticdl_nb.vocabulary import JobState
 
 POD_CACHE_SECONDS = 0.5  # status polls come often; the API server need not see each
 
@@ -64,8 +66,13 @@ class KubernetesMasterLink:
 
     @property
     def files(self) -> Path:
+        return self._files or self.record.dir
+
+    @property
+    def _files(self) -> Path | None:
+        """The job directory on the shared volume, where this machine sees it."""
         local = self.record.where.get("files")
-        return Path(local) if local else self.record.dir
+        return Path(local) if local else None
 
     def master_pod(self) -> dict | None:
         """The job's current master pod (None while there is none)."""
@@ -96,15 +103,16 @@ class KubernetesMasterLink:
             self._job = (time.monotonic(), job)
         return job
 
-    def address(self) -> str | None:
-        """The master's route once its pod is ready (its readiness probe: the gRPC port
-        accepts), else None."""
-        status = (self.master_pod() or {}).get("status") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
+    def reading(self) -> Reading:
+        """The job's state now (`job_state`), from the Job and pod as last read."""
+        return job_state(
+            self.record.name, self.namespace, self.master_job(), self.master_pod(), self._files
         )
-        return self.route() if status.get("phase") == "Running" and ready else None
+
+    def address(self) -> str | None:
+        """The master's route while the job runs (its pod ready: the readiness probe is
+        that the gRPC port accepts; its end not recorded), else None."""
+        return self.route() if self.reading().state == JobState.RUNNING else None
 
     def route(self) -> str:
         if self._route is None:
@@ -138,58 +146,28 @@ class KubernetesMasterLink:
     def waiting_reason(self) -> str:
         """Why the master is not reached ('' if nothing is known): its pod not running
         yet, or the port-forward to it refused."""
-        from elasticdl_nb.backends.kubernetes.pod_events import waiting_reason
-
-        pod = self.master_pod()
-        why = waiting_reason(pod) if pod else ""
-        if not why and self._forward is not None and self._forward.failure:
-            why = (
+        reading = self.reading()
+        if reading.state == JobState.STARTING:
+            return reading.why
+        if reading.state == JobState.RUNNING and self._forward and self._forward.failure:
+            return (
                 f"the master runs, but the port-forward to it fails ({self._forward.failure})."
                 " Fix: the notebook's user needs `get` and `create` on pods/portforward, as"
                 " deploy/rbac.yaml's user Role grants"
             )
-        return why
+        return ""
 
     def final_state(self) -> dict | None:
-        state = read_json(JobDir(self.files).state)
-        if state is not None:
-            return state
-        pod = self.master_pod()  # its termination message is the same JSON
-        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
-        # (lastState: a master that recorded the end and failed, before its restart
-        # finds the end recorded and exits.)
-        message = next(
-            (
-                ended["message"]
-                for when in ("state", "lastState")
-                if (ended := (statuses[0].get(when) or {}).get("terminated") or {}).get("message")
-            ),
-            None,
-        )
-        try:
-            return json.loads(message) if message else None
-        except ValueError:
-            return None
+        """The status the job ended with: recorded by its master in the job directory or
+        its pod's termination message (or, for an end that cannot be read here, one that
+        says so)."""
+        return self.reading().final
 
     def lost_reason(self) -> str:
         """Why the job is gone without an end state ('' unless it is): its Job deleted,
         or failed (the master failed more often than the Job's backoffLimit)."""
-        job = self.master_job()
-        name = m.master_name(self.record.name)
-        if job is None:
-            return (
-                f"its Job {name} is gone (deleted?) without an end state; the job's other "
-                "objects went with it"
-            )
-        for condition in (job.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "Failed" and condition.get("status") == "True":
-                why = condition.get("message") or condition.get("reason") or "failed"
-                return (
-                    f"its master's Job {name} failed without an end state ({why}); see "
-                    f"`kubectl logs -n {self.namespace} -l {m.master_selector(self.record.name)}`"
-                    " --previous"
-                )
-        return ""
+        reading = self.reading()
+        return reading.why if reading.state == JobState.LOST else ""
 
     def kill(self, grace_seconds: float = 10.0) -> None:
         """Delete the master's Job: the garbage collector takes every object it owns,
@@ -247,18 +225,14 @@ class KubernetesMasterLink:
 
 
 def current_master_pod(api, name: str, namespace: str) -> dict | None:
-    """The master pod of job `name` that counts now: the newest not being deleted, else
-    the newest (None when there is none)."""
+    """The master pod of job `name` that counts now (`current_pod`)."""
     pods = call(
         f"list the master pods of job {name!r}",
         api.list_namespaced_pod,
         namespace,
         label_selector=m.master_selector(name),
     )
-    items = pods.get("items", [])
-    if not items:
-        return None
-    return max(items, key=lambda p: (not p["metadata"].get("deletionTimestamp"), created(p)))
+    return current_pod(pods.get("items", []))
 
 
 def _reachable(address: str, timeout: float = 1.0) -> bool:
