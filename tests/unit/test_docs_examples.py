@@ -19,8 +19,8 @@ must say what it is, and is checked by its kind:
 
 A fence with no language, or another one, fails: say what the block is. Inline code that
 is a command (`%elasticdl ...`, `python -m elasticdl_nb ...`, `make ...`,
-`edl.train(...)`) is checked the same way, and every relative link (and its #anchor)
-must lead somewhere.
+`edl.train(...)`) is checked the same way; every relative link (and its #anchor) must
+lead somewhere; and the user guide's table of options names every JobSpec option.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import fnmatch
 import importlib.util
 import inspect
 import io
@@ -464,6 +465,15 @@ def test_inline_commands_hold(path):
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(REPO)))
 def test_every_relative_link_leads_somewhere(path):
     assert broken_links(path) == []
+
+
+def test_the_user_guide_names_every_option():
+    """Its table of options by topic lists every JobSpec field (`*_resources` covers
+    three), so a new option cannot go undocumented."""
+    guide = (REPO / "docs" / "user-guide.md").read_text()
+    table = guide.split("\n## Options\n")[1].split("\n## ")[0]
+    named = re.findall(r"`([\w*]+)`", table)
+    assert sorted(f for f in SPEC_FIELDS if not any(fnmatch.fnmatch(f, n) for n in named)) == []
 
 
 # ---------------------------------------------------------------------- the checks can fail
