@@ -23,7 +23,13 @@ from elasticdl_nb.runtime.master.journal import Event, read_journal_file
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
-from elasticdl_nb.runtime.protocol.patience import Patience, PeerUnreachable
+from elasticdl_nb.runtime.protocol.patience import (
+    TRANSIENT,
+    Backoff,
+    Patience,
+    PeerUnreachable,
+    wrong_peer,
+)
 from elasticdl_nb.runtime.protocol.tls import MASTER
 from elasticdl_nb.sdk.errors import (
     JobFailed,
@@ -51,7 +57,8 @@ class Job:
     def __init__(self, record: JobRecord):
         self._record = record
         self._link = get_backend(record.backend).link(record)
-        self._stub: rpc.MasterStub | None = None
+        # By patience, on the master at `_stub_address` (status() retries by itself).
+        self._stubs: dict[Patience | None, rpc.MasterStub] = {}
         self._stub_address = ""
 
     @property
@@ -93,29 +100,48 @@ class Job:
 
     # ------------------------------------------------------------------ master connection
 
-    def _master(self) -> rpc.MasterStub | None:
+    def _master(self, patience: Patience | None = NOTEBOOK_PATIENCE) -> rpc.MasterStub | None:
+        """A stub on the master while it runs (else None) whose calls ride out a busy or
+        briefly unreachable master for `patience` (None: each call tries once)."""
         address = self._link.address()
         if address is None:
             return None
-        if self._stub is None or self._stub_address != address:
-            self._stub = rpc.MasterStub(
-                open_channel(
-                    address, self._record.token, MASTER, NOTEBOOK_PATIENCE, self._record.tls
-                )
-            )
-            self._stub_address = address
-        return self._stub
+        if self._stub_address != address:
+            self._stubs, self._stub_address = {}, address
+        if patience not in self._stubs:
+            token, tls = self._record.token, self._record.tls
+            channel = open_channel(address, token, MASTER, patience, tls)
+            self._stubs[patience] = rpc.MasterStub(channel)
+        return self._stubs[patience]
 
     # ------------------------------------------------------------------ reading
 
     def status(self) -> dict[str, Any]:
-        """The job's state and progress: a dict with 'state', 'epoch', 'step', ..."""
-        stub = self._master()
-        if stub is not None:
+        """The job's state and progress: a dict with 'state', 'epoch', 'step', ...
+
+        An ended job answers at once from what its end left (`MasterLink.final_state`),
+        without asking its master. A running one is asked, riding out a busy master for
+        up to NOTEBOOK_PATIENCE, but not past its end being recorded meanwhile."""
+        backoff = Backoff(NOTEBOOK_PATIENCE)
+        while not self._link.final_state():
+            stub = self._master(patience=None)  # the retries are these, between looks
+            if stub is None:
+                break
             try:
-                return json.loads(stub.GetStatus(pb.Empty(), timeout=10).json)
-            except (grpc.RpcError, PeerUnreachable):
-                pass  # exiting, or unreachable: what its files say
+                status = json.loads(stub.GetStatus(pb.Empty(), timeout=10).json)
+            except grpc.RpcError as err:
+                misdirected = wrong_peer(err, MASTER, self._stub_address)
+                if misdirected is not None:
+                    raise misdirected from None
+                if err.code() not in TRANSIENT or backoff.exhausted:
+                    break  # what its files say
+                backoff.wait()
+                continue
+            if status.get("state") in MASTER_END_STATES:
+                # Decided, not yet recorded: the master is stopping the job's processes.
+                # A job is over once its end is recorded, as `jobs()` says too.
+                status = {**status, "state": JobState.RUNNING, "ending": status["state"]}
+            return status
         final = self._link.final_state()
         if final:
             return final
@@ -266,8 +292,8 @@ class Job:
     def _export_format(self) -> str:
         """The spec's `export_format` (keras, saved_model or both)."""
         try:
-            return json.loads(self._files.spec.read_text()).get("export_format", "keras")
-        except (OSError, ValueError):
+            return self._files.read_spec().export_format
+        except (OSError, ValueError):  # no spec, or no valid one (SpecError, bad JSON)
             return "keras"
 
     def _exported(self, path: Path, note: Path, what: str) -> Path:
