@@ -2,7 +2,8 @@
 
 `train` turns its arguments into one validated `JobSpec`, resolves the data, writes the
 model bundle, checks the model on one minibatch in this process, and only then starts the
-job. Anything wrong is reported before a single process is launched.
+job. Anything wrong is reported before a single process is launched (and the job
+directory made for it is removed). Its steps are the functions below it, in order.
 """
 
 from __future__ import annotations
@@ -13,19 +14,25 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from elasticdl_nb.backends import backend_names, get_backend, job_records
+from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.capture import write_bundle
-from elasticdl_nb.data import DataError, resolve_sources, stage_arrays
+from elasticdl_nb.data import DataError, SourceInfo, resolve_sources, stage_arrays
 from elasticdl_nb.sdk.errors import JobNotFound
 from elasticdl_nb.sdk.job import Job
 from elasticdl_nb.sdk.model_source import functions_of
 from elasticdl_nb.spec import JobSpec, SpecError
 
+if TYPE_CHECKING:
+    from elasticdl_nb.backends import Backend
+    from elasticdl_nb.runtime.job_dir import JobDir
+
 _ARRAYS_PLACEHOLDER = "<in-memory arrays>"
+_STAGED_AS = {"data": "train", "validation_data": "validation"}  # under the job's data/
 
 
 def _is_arrays(data: Any) -> bool:
@@ -67,29 +74,11 @@ def train(
     options: any JobSpec option (workers=, ps=, epochs=, minibatch_size=, ...).
     check: run one training step here first (recommended).
     """
-    if data is None:
-        raise SpecError(
-            "No training data: pass data= (CSV or TFRecord paths or globs, or "
-            "in-memory (x, y) arrays)."
-        )
-    if isinstance(model, str):
-        options.setdefault("model_def", model)
-    train_arrays = _is_arrays(data)
-    eval_arrays = validation_data is not None and _is_arrays(validation_data)
-    spec = JobSpec.from_options(
-        **options,
-        data=[_ARRAYS_PLACEHOLDER] if train_arrays else data,
-        validation_data=[_ARRAYS_PLACEHOLDER] if eval_arrays else validation_data,
-    )
-    backend = get_backend(spec.backend)
-    if dry_run and not backend.can_dry_run:
-        able = [n for n in backend_names() if get_backend(n).can_dry_run]
-        raise SpecError(
-            f"--dry-run shows the objects a job would create, and a {backend.name} job "
-            f"creates none: add --backend {' or '.join(able)}."
-        )
-    functions = functions_of(
+    spec = _job_spec(model, data, validation_data, options)
+    backend = _backend(spec, dry_run)
+    functions = _model_functions(
         model,
+        spec,
         {
             "loss": loss,
             "optimizer": optimizer,
@@ -98,69 +87,119 @@ def train(
             "callbacks": _callbacks_function(callbacks),
         },
     )
+    given = {"data": data, "validation_data": validation_data}
+    sources = {option: _file_sources(spec, option, value) for option, value in given.items()}
+    record = job_records.create_job(spec.name or _default_name(model, spec), spec.backend)
+    try:
+        for option, value in given.items():
+            if sources[option] is None:  # in-memory arrays
+                sources[option] = _staged_sources(spec, option, value, record.files)
+        _write_job_dir(record, spec, sources, functions)
+        if check:
+            from elasticdl_nb.sdk.preflight import check_one_batch
+
+            check_one_batch(record.files.bundle, spec, sources["data"])
+        if dry_run:
+            return _dry_run(backend, spec, record)
+        backend.submit(spec, record)
+    except BaseException:
+        shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
+        raise
+    return Job(record)
+
+
+def _job_spec(model: Any, data: Any, validation_data: Any, options: dict) -> JobSpec:
+    """The validated spec of `train`'s arguments; in-memory arrays stand in as a
+    placeholder until they are staged into the job directory."""
+    if data is None:
+        raise SpecError(
+            "No training data: pass data= (CSV or TFRecord paths or globs, or "
+            "in-memory (x, y) arrays)."
+        )
+    if isinstance(model, str):
+        options.setdefault("model_def", model)
+    return JobSpec.from_options(
+        **options,
+        data=[_ARRAYS_PLACEHOLDER] if _is_arrays(data) else data,
+        validation_data=[_ARRAYS_PLACEHOLDER] if _is_arrays(validation_data) else validation_data,
+    )
+
+
+def _backend(spec: JobSpec, dry_run: bool) -> Backend:
+    backend = get_backend(spec.backend)
+    if dry_run and not backend.can_dry_run:
+        able = [n for n in backend_names() if get_backend(n).can_dry_run]
+        raise SpecError(
+            f"--dry-run shows the objects a job would create, and a {backend.name} job "
+            f"creates none: add --backend {' or '.join(able)}."
+        )
+    return backend
+
+
+def _model_functions(model: Any, spec: JobSpec, given: dict[str, Any]) -> dict | None:
+    """The contract's functions from `model` and the ones given beside it; None for a
+    model-zoo module named by `model_def` (it travels as source)."""
+    functions = functions_of(model, given)
     if functions is None and not spec.model_def:
         raise SpecError(
             "No model: pass the custom_model function (with loss= and optimizer=), "
             "a dict of the model functions, or model_def='module.custom_model' "
             "with model_zoo='path'."
         )
-    read_options = dict(
-        data_format=spec.data_format, csv_header=spec.csv_header, csv_delimiter=spec.csv_delimiter
-    )
-    train_sources = None if train_arrays else resolve_sources(spec.data, **read_options)
-    eval_sources = (
-        []
-        if validation_data is None or eval_arrays
-        else resolve_sources(spec.validation_data, **read_options)
+    return functions
+
+
+def _file_sources(spec: JobSpec, option: str, given: Any) -> list[SourceInfo] | None:
+    """The sources of the files given as `option` (resolved before any job directory
+    exists, so a missing path leaves nothing behind); None for arrays, to be staged."""
+    if given is None:
+        return []
+    if _is_arrays(given):
+        return None
+    return resolve_sources(
+        getattr(spec, option),
+        data_format=spec.data_format,
+        csv_header=spec.csv_header,
+        csv_delimiter=spec.csv_delimiter,
     )
 
-    name = spec.name or _default_name(model, spec)
-    record = job_records.create_job(name, spec.backend)
+
+def _staged_sources(spec: JobSpec, option: str, arrays: Any, files: JobDir) -> list[SourceInfo]:
+    """Write the arrays given as `option` into the job directory; the spec names them."""
+    staged = stage_arrays(*_xy(arrays, option), str(files.data / _STAGED_AS[option]))
+    setattr(spec, option, [staged])
+    return resolve_sources([staged], "npy")
+
+
+def _write_job_dir(record: JobRecord, spec: JobSpec, sources: dict, functions: dict | None) -> None:
+    """The spec, the data's sources and the model bundle, as the job's processes read them."""
     files = record.files
-    try:
-        if train_arrays:
-            spec.data = [stage_arrays(*_xy(data, "data"), str(files.data / "train"))]
-            train_sources = resolve_sources(spec.data, "npy")
-        if eval_arrays:
-            spec.validation_data = [
-                stage_arrays(
-                    *_xy(validation_data, "validation_data"),
-                    str(files.data / "validation"),
-                )
-            ]
-            eval_sources = resolve_sources(spec.validation_data, "npy")
-        spec.name = name
-        spec.validate()
-        files.spec.write_text(spec.to_json())
-        files.sources.write_text(
-            json.dumps(
-                {
-                    "train": [s.to_dict() for s in train_sources],
-                    "validation": [s.to_dict() for s in eval_sources],
-                }
-            )
+    spec.name = record.name
+    spec.validate()
+    files.spec.write_text(spec.to_json())
+    files.sources.write_text(
+        json.dumps(
+            {
+                "train": [s.to_dict() for s in sources["data"]],
+                "validation": [s.to_dict() for s in sources["validation_data"]],
+            }
         )
-        write_bundle(
-            files.bundle,
-            model_zoo=spec.model_zoo,
-            model_def=spec.model_def,
-            functions=functions,
-            limit=spec.bundle_limit_mb * 2**20,
-        )
-        if check:
-            from elasticdl_nb.sdk.preflight import check_one_batch
+    )
+    write_bundle(
+        files.bundle,
+        model_zoo=spec.model_zoo,
+        model_def=spec.model_def,
+        functions=functions,
+        limit=spec.bundle_limit_mb * 2**20,
+    )
 
-            check_one_batch(files.bundle, spec, train_sources)
-        if dry_run:  # nothing is launched: the prepared job directory goes
-            try:
-                return backend.dry_run(spec, record)
-            finally:
-                shutil.rmtree(record.dir, ignore_errors=True)
-        backend.submit(spec, record)
-    except BaseException:
-        shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
-        raise
-    return Job(record)
+
+def _dry_run(backend: Backend, spec: JobSpec, record: JobRecord) -> str:
+    """The YAML of what the job would create; the prepared job directory goes."""
+    try:
+        return backend.dry_run(spec, record)
+    finally:
+        shutil.rmtree(record.dir, ignore_errors=True)
 
 
 def _callbacks_function(callbacks: Callable | list | None) -> Callable | None:
