@@ -14,7 +14,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from elasticdl_nb.commands import add_job_commands, add_train_command, run
+from elasticdl_nb.commands import (
+    CommandLineError,
+    CommandParser,
+    add_job_commands,
+    add_train_command,
+    in_flags,
+    run,
+)
 from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.sdk import train
 
@@ -23,7 +30,7 @@ INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m elasticdl_nb",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -51,17 +58,20 @@ SHOW: dict[str, Callable[[Any], str]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = vars(build_parser().parse_args(argv))
-    command = args.pop("command")
     try:
+        args = vars(build_parser().parse_args(argv))
+        command = args.pop("command")
         if command == "train":
             _train(args)
         else:
             text = SHOW[command](run(command, args))
             if text:
                 print(text)
+    except CommandLineError as exc:  # one line, no usage: `-h` shows that
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        return USER_ERROR
     except ElasticDLError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_flags(str(exc))}", file=sys.stderr)
         return USER_ERROR
     except KeyboardInterrupt:  # jobs run detached from this shell: a Ctrl-C ends no job
         print("interrupted (a job that was running goes on: `stop NAME` ends it)", file=sys.stderr)

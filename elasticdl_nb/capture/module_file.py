@@ -55,8 +55,8 @@ def write(capture: Capture, source: Path, limit_bytes: int) -> dict[str, Any]:
         raise CaptureError(
             f"The captured model takes {total / 2**20:.1f} MB, over the "
             f"{limit_bytes / 2**20:.0f} MB limit (largest: {listed}). Fix: pass large "
-            "arrays as the job's data (--data / data=) instead of using them from the model "
-            "functions, load big files inside the functions, or raise bundle_limit_mb."
+            "arrays as the job's data (data=) instead of using them from the model "
+            "functions, load big files inside the functions, or raise bundle_limit_mb=."
         )
     (source / f"{MODULE}.py").write_text(render(capture))
     return {

@@ -1,11 +1,12 @@
 """The argparse definitions of every command, shared by the CLI and the `%elasticdl` magic:
-a front end adds them to its own parser (which decides how a bad command line is
-reported) and may add flags of its own (the magic's `-o`, `--model`, `stop -f`)."""
+a front end adds them to its own `CommandParser` (command_line.py: a bad command line is
+one line) and may add flags of its own (the magic's `-o`, `--model`, `stop -f`)."""
 
 from __future__ import annotations
 
 import argparse
 
+from elasticdl_nb.commands.command_line import flag
 from elasticdl_nb.spec import JobSpec, option_fields
 
 
@@ -13,12 +14,11 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per JobSpec option, generated: the CLI cannot drift from the spec."""
     defaults = JobSpec()
     for f in option_fields():
-        flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         help_text = f.metadata["help"]
         if isinstance(default, bool):
             parser.add_argument(
-                flag,
+                flag(f.name),
                 dest=f.name,
                 action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS,
@@ -26,11 +26,11 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
             )
         elif isinstance(default, list):
             parser.add_argument(
-                flag, dest=f.name, nargs="+", default=argparse.SUPPRESS, help=help_text
+                flag(f.name), dest=f.name, nargs="+", default=argparse.SUPPRESS, help=help_text
             )
         else:
             parser.add_argument(
-                flag,
+                flag(f.name),
                 dest=f.name,
                 type=type(default),
                 default=argparse.SUPPRESS,

@@ -1,9 +1,10 @@
 """IPython magics: `%load_ext elasticdl_nb`, then `%%elasticdl train` and `%elasticdl <command>`.
 
-`%elasticdl -h` lists the commands; each takes `-h`. A wrong command or flag prints the
-usage and the reason; any other mistake a user can fix (an `ElasticDLError`: no such
-job, no such log, a bad option, and a job that failed) prints `%elasticdl <command>:
-<message>` on stderr. Neither shows a traceback.
+`%elasticdl -h` lists the commands; each takes `-h`. A wrong command or flag prints one
+line, the reason (the closest flag, or the choices), not the usage; any other mistake a
+user can fix (an `ElasticDLError`: no such job, no such log, a bad option, and a job that
+failed) prints `%elasticdl <command>: <message>` on stderr, the options it names spelt as
+the magic's flags. Neither shows a traceback.
 
     elasticdl_magic   the `%elasticdl` line/cell magic: parse, run (commands/), show
     train             `%%elasticdl train`: the model and data from the notebook's namespace

@@ -12,7 +12,6 @@ line on stderr, `%elasticdl <command>: <what to do>`, never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from collections.abc import Callable
@@ -20,7 +19,15 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from elasticdl_nb.commands import add_attach_command, add_job_commands, add_train_command, run
+from elasticdl_nb.commands import (
+    CommandLineError,
+    CommandParser,
+    add_attach_command,
+    add_job_commands,
+    add_train_command,
+    in_flags,
+    run,
+)
 from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.magics import config as defaults
 from elasticdl_nb.magics.train import model_entries, resolve_data
@@ -28,25 +35,21 @@ from elasticdl_nb.sdk import JobFailed, train
 
 
 class _UsageShown(Exception):
-    """argparse printed the usage (for -h, or with the reason of a bad command line)."""
+    """argparse printed the usage (for -h)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser that reports instead of exiting the kernel."""
+class _Parser(CommandParser):
+    """The commands' parser, which shows `-h` instead of exiting the kernel."""
 
     def exit(self, status: int = 0, message: str | None = None):
         if message:
             self._print_message(message)
         raise _UsageShown()
 
-    def error(self, message: str):
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> CommandParser:
     parser = _Parser(prog="%elasticdl", description="Elastic training jobs from a notebook.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True)
     train = add_train_command(commands)
     train.prog = "%%elasticdl train"
     train.add_argument("-o", "--output", metavar="NAME", help="bind the Job to this variable")
@@ -127,6 +130,9 @@ class ElasticDLMagics(Magics):
             args = vars(build_parser().parse_args(shlex.split(line)))
         except _UsageShown:
             return None
+        except CommandLineError as exc:  # one line: the closest flag, or the choices
+            print(f"{exc.prog}: {exc}", file=sys.stderr)
+            return None
         command = args.pop("command")
         if (command == "train") != (cell is not None):
             print(
@@ -144,7 +150,7 @@ class ElasticDLMagics(Magics):
             confirm = None if args.get("force", True) else _ask
             return self.show[command](run(command, args, confirm=confirm))
         except ElasticDLError as exc:  # a user's mistake, or a job that failed: no traceback
-            print(f"%elasticdl {command}: {exc}", file=sys.stderr)
+            print(f"%elasticdl {command}: {in_flags(str(exc))}", file=sys.stderr)
             if command == "train":
                 print("No job was launched.", file=sys.stderr)
             return None

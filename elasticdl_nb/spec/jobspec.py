@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,8 +212,8 @@ class JobSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         for key in options:
             if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
+                close = closest(key, known)
+                hint = f" Did you mean '{close}'?" if close else ""
                 raise SpecError(
                     f"Unknown option '{key}'.{hint} Known options: {', '.join(sorted(known))}."
                 )
@@ -251,24 +252,24 @@ class JobSpec:
             )
         if self.model_zoo and not self.model_def:
             raise SpecError(
-                "model_zoo is set but model_def is empty: name the model function, "
+                "model_zoo= is set but model_def= is empty: name the model function, "
                 "e.g. model_def='mnist.custom_model'."
             )
         check_kubernetes_options(self)
         if self.strategy == Strategy.ALLREDUCE and self.overlap_communication:
             raise SpecError(
-                "overlap_communication applies to the 'ps' strategy: allreduce steps are "
-                "synchronous. Drop overlap_communication or use strategy='ps'."
+                "overlap_communication=True applies to the 'ps' strategy: allreduce steps "
+                "are synchronous. Drop overlap_communication=True or use strategy='ps'."
             )
         if self.grads_to_wait and self.strategy != Strategy.PS:
             raise SpecError(
-                "grads_to_wait makes parameter servers wait for N gradients; the allreduce "
-                "strategy is synchronous already. Drop grads_to_wait or use strategy='ps'."
+                "grads_to_wait= makes parameter servers wait for N gradients; the allreduce "
+                "strategy is synchronous already. Drop grads_to_wait= or use strategy='ps'."
             )
         if self.grads_to_wait and self.overlap_communication:
             raise SpecError(
-                "grads_to_wait (synchronous PS) needs each gradient computed on the newest "
-                "version, and overlap_communication computes on one update old: drop one."
+                "grads_to_wait= (synchronous PS) needs each gradient computed on the newest "
+                "version, and overlap_communication=True computes on one update old: drop one."
             )
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}.")
@@ -324,6 +325,14 @@ def _coerce(name: str, value: Any) -> Any:
     if _FIELD_TYPES.get(name) is str and hasattr(value, "__fspath__"):
         return str(value)
     return value
+
+
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known name `word` most likely misspells, if one is close enough: the one
+    did-you-mean rule, for keyword options here and flags, choices and notebook
+    variables in the front ends."""
+    close = difflib.get_close_matches(word, sorted(known), n=1)
+    return close[0] if close else None
 
 
 def option_fields() -> list[dataclasses.Field]:

@@ -34,7 +34,7 @@ def test_zero_workers_says_to_stop_instead():
 
 
 def test_model_zoo_without_model_def_is_refused():
-    with pytest.raises(SpecError, match="model_def is empty"):
+    with pytest.raises(SpecError, match="model_def= is empty"):
         JobSpec.from_options(data="x.csv", model_zoo="zoo/")
 
 

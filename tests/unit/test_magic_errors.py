@@ -1,0 +1,103 @@
+"""What a new user's mistakes read like in `%elasticdl` (a real IPython shell) and the CLI:
+one line that says the fix, in the flags of the front end they are typing in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from elasticdl_nb import cli
+from elasticdl_nb.commands import in_flags
+
+# A model the magic finds in the cell; every mistake below is found before it is built.
+CELL = "def custom_model():\n    pass\ndef loss(labels, predictions):\n    pass\n"
+
+
+@pytest.fixture()
+def shell(ipython_shell, job_home):
+    ipython_shell.user_ns.update(x_train=np.zeros((4, 3)), y_train=np.zeros(4))
+    yield ipython_shell
+    for name in ("custom_model", "loss", "x_train", "y_train"):
+        ipython_shell.user_ns.pop(name, None)
+
+
+def magic_err(shell, capsys, line: str, cell: str | None = None) -> str:
+    """What the magic printed on stderr (nothing may go to stdout: no usage)."""
+    if cell is None:
+        assert shell.run_line_magic("elasticdl", line) is None
+    else:
+        assert shell.run_cell_magic("elasticdl", line, cell) is None
+    out, err = capsys.readouterr()
+    assert out == "" and "usage:" not in err and "Traceback" not in err
+    return err
+
+
+def test_an_unknown_flag_is_one_line_naming_the_closest_option(shell, capsys):
+    err = magic_err(shell, capsys, "train --batch-size 32 --data x_train y_train", CELL)
+    assert err == "%%elasticdl train: unknown option --batch-size: did you mean --minibatch-size?\n"
+
+    err = magic_err(shell, capsys, "logs somejob --roel worker")
+    assert err == "%elasticdl logs: unknown option --roel: did you mean --role?\n"
+
+    err = magic_err(shell, capsys, "train --frobnicate", CELL)
+    assert (
+        err == "%%elasticdl train: unknown option --frobnicate: `%%elasticdl train -h` lists them\n"
+    )
+
+
+def test_an_invalid_choice_is_one_line_listing_the_choices(shell, capsys):
+    err = magic_err(shell, capsys, "train --strategy foo --data x_train y_train", CELL)
+    assert err == (
+        "%%elasticdl train: argument --strategy: invalid choice: 'foo' "
+        "(choose from ps, allreduce)\n"
+    )
+
+    err = magic_err(shell, capsys, "trian")
+    assert err.startswith("%elasticdl: argument command: invalid choice: 'trian' (choose from ")
+    assert err.endswith("; did you mean train?\n") and err.count("\n") == 1
+
+
+def test_the_cli_shares_the_one_line_errors(capsys):
+    assert cli.main(["train", "--batch-size", "32"]) == cli.USER_ERROR
+    assert capsys.readouterr().err == (
+        "python -m elasticdl_nb train: error: unknown option --batch-size: "
+        "did you mean --minibatch-size?\n"
+    )
+    assert cli.main(["train", "--data-format", "parquet"]) == cli.USER_ERROR
+    err = capsys.readouterr().err
+    assert "invalid choice: 'parquet' (choose from auto, csv, tfrecord, npy)" in err
+    assert err.count("\n") == 1
+
+
+def test_hints_name_the_magics_own_flags(shell, capsys):
+    err = magic_err(shell, capsys, "status no-such-job")
+    assert "pass --namespace." in err and "namespace=" not in err
+
+    err = magic_err(shell, capsys, "train --data x_train y_train --workers 0", CELL)
+    assert "%elasticdl train: Option --workers must be at least 1, got 0." in err
+
+    line = "train --data x_train y_train --strategy allreduce --overlap-communication"
+    err = magic_err(shell, capsys, line, CELL)
+    assert "Drop --overlap-communication or use --strategy ps." in err
+
+
+@pytest.mark.parametrize(
+    "sdk, flags",
+    [
+        ("(a job from elsewhere: pass namespace=.)", "(a job from elsewhere: pass --namespace.)"),
+        ("or use strategy='ps'.", "or use --strategy ps."),
+        ("pass master_priority_class='', ", "pass --master-priority-class '', "),
+        ("(worker_resources=, ps_resources=)", "(--worker-resources, --ps-resources)"),
+        ("Drop tls=True; shuffle=False", "Drop --tls; --no-shuffle"),
+        ("Option 'max_memory': too big", "Option --max-memory: too big"),
+        # Python to copy, and names that are not options, stay as they are.
+        ("elasticdl_nb.train(data=(x, y))", None),
+        ("model.compile(optimizer='adam', loss=...)", None),
+        ("Unknown option 'worker'.", None),
+    ],
+)
+def test_an_errors_options_read_as_flags_in_a_command_line(sdk, flags):
+    if flags is None:
+        assert in_flags(sdk) == sdk
+    else:
+        assert in_flags(sdk) == flags
