@@ -15,7 +15,7 @@ its message only (`in_flags`: with the options it names as flags), never a trace
     run           `run(command, args)`: one command on one job (or the list), its result
 """
 
-from elasticdl_nb.commands.command_line import CommandLineError, CommandParser, in_flags
+from elasticdl_nb.commands.command_line import CommandLineError, CommandParser, flag, in_flags
 from elasticdl_nb.commands.parsers import (
     add_attach_command,
     add_cluster_flags,
@@ -34,6 +34,7 @@ __all__ = [
     "add_job_commands",
     "add_spec_flags",
     "add_train_command",
+    "flag",
     "in_flags",
     "run",
 ]

@@ -6,18 +6,21 @@ model the cell assigns (or the one `--model NAME` names), or a `custom_model()` 
 `loss`, `optimizer`, `feed`, `eval_metrics_fn` and `callbacks` are taken from the
 namespace when they are functions there, `callbacks` also as a list of callbacks (a
 compiled model brings its own loss and optimizer). `--data` and `--validation-data` take
-file paths, or the names of notebook variables holding arrays (`--data x_train y_train`).
+file paths, or the names of notebook variables holding arrays (`--data x_train y_train`);
+a name that is neither a variable nor a file is refused saying both.
 `edl.train` then captures, checks on one minibatch, and only then launches.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from elasticdl_nb.capture.keras_models import is_keras_model
-from elasticdl_nb.spec import SpecError
+from elasticdl_nb.commands import flag as option_flag
+from elasticdl_nb.spec import SpecError, closest
 
 CONTRACT = ("loss", "optimizer", "feed", "dataset_fn", "eval_metrics_fn", "callbacks")
 
@@ -81,24 +84,44 @@ def model_entries(namespace: Mapping[str, Any], cell: str, model_name: str | Non
 
 
 def resolve_data(namespace: Mapping[str, Any], option: str, items: list[str] | None) -> Any:
-    """`--data` items: notebook variable names become their values, else file paths."""
+    """`--data` items: notebook variable names become their values, else file paths. A
+    name that is neither (a misspelt variable, most likely) is refused saying both."""
     if not items:
         return None
-    if not all(item.isidentifier() and item in namespace for item in items):
-        missing = [i for i in items if i.isidentifier() and i not in namespace and "." not in i]
-        if len(missing) == len(items):
+    flag = option_flag(option)
+    for item in items:
+        if item.isidentifier() and item not in namespace and not os.path.exists(item):
             raise SpecError(
-                f"--{option.replace('_', '-')} {' '.join(items)}: no such notebook "
-                f"variable{'s' if len(missing) > 1 else ''} and no such file. Pass the "
-                "names of the feature and label arrays (--data x y), or file paths or globs."
+                f"{flag} {item}: no notebook variable named {item} and no file matches "
+                f"{item}{_variable_hint(namespace, item)}. Pass the names of the feature "
+                f"and label arrays ({flag} x y), or file paths or globs."
             )
+    variables = [item for item in items if item.isidentifier() and item in namespace]
+    if not variables:
         return items
-    values = [namespace[item] for item in items]
+    if len(variables) < len(items):
+        raise SpecError(
+            f"{flag} {' '.join(items)}: {', '.join(variables)} "
+            f"{'is a notebook variable' if len(variables) == 1 else 'are notebook variables'}"
+            f", the rest paths: pass either the arrays' names ({flag} x y) or file paths."
+        )
+    values = [namespace[item] for item in variables]
     if len(values) == 1:
         return values[0]
     if len(values) == 2:
         return tuple(values)
     raise SpecError(
-        f"--{option.replace('_', '-')} takes one variable (a path or an (x, y) tuple) or "
+        f"{flag} takes one variable (a path or an (x, y) tuple) or "
         f"two (features, labels); got {len(values)}: {' '.join(items)}."
     )
+
+
+def _variable_hint(namespace: Mapping[str, Any], name: str) -> str:
+    """' (did you mean x_train?)' when a notebook variable holding data is close to `name`."""
+    data = [
+        key
+        for key, value in namespace.items()
+        if not key.startswith("_") and (hasattr(value, "shape") or isinstance(value, tuple))
+    ]
+    close = closest(name, data)
+    return f" (did you mean {close}?)" if close else ""

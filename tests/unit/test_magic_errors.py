@@ -8,6 +8,7 @@ import pytest
 
 from elasticdl_nb import cli
 from elasticdl_nb.commands import in_flags
+from elasticdl_nb.magics.train import resolve_data
 
 # A model the magic finds in the cell; every mistake below is found before it is built.
 CELL = "def custom_model():\n    pass\ndef loss(labels, predictions):\n    pass\n"
@@ -67,6 +68,25 @@ def test_the_cli_shares_the_one_line_errors(capsys):
     err = capsys.readouterr().err
     assert "invalid choice: 'parquet' (choose from auto, csv, tfrecord, npy)" in err
     assert err.count("\n") == 1
+
+
+def test_a_data_name_neither_variable_nor_path_says_both(shell, capsys):
+    err = magic_err(shell, capsys, "train --data x_trian y_train", CELL)
+    assert err.startswith(
+        "%elasticdl train: --data x_trian: no notebook variable named x_trian and no file "
+        "matches x_trian (did you mean x_train?)."
+    )
+    assert "No job was launched." in err
+
+    err = magic_err(shell, capsys, "train --data x_train labels.csv", CELL)
+    assert "x_train is a notebook variable, the rest paths" in err
+
+
+def test_a_data_name_that_is_a_file_is_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows").write_text("1,2\n")
+    assert resolve_data({}, "data", ["rows"]) == ["rows"]
+    assert resolve_data({"rows": (1, 2)}, "data", ["rows"]) == (1, 2)  # a variable first
 
 
 def test_hints_name_the_magics_own_flags(shell, capsys):
