@@ -52,8 +52,8 @@ def state_of(master) -> dict:
         "epoch": master.epoch,
         "phase": master.phase,
         "state": master.state,
-        "task_given": {w: (s, t.task_id) for w, (s, t) in master._task_given.items()},
-        "reports_counted": dict(master._reports_counted),
+        "task_given": {w: (s, t.task_id) for w, (s, t) in master.desk._task_given.items()},
+        "reports_counted": dict(master.desk._reports_counted),
         "loss_points": master.progress.loss_points,
         "rounds": {
             r: (
@@ -132,7 +132,7 @@ def test_the_new_master_answers_retried_calls_as_the_dead_one_would_have(tmp_pat
     master = a_job_with_some_history(tmp_path)
     new = rebuilt(tmp_path, master)
     again = new.get_task(0, seq=3, wait_seconds=0)  # worker 0's last GetTask, retried
-    assert again.task_id == master._task_given[0][1].task_id
+    assert again.task_id == master.desk._task_given[0][1].task_id
     step = new.step
     t1 = next(a.task for a in new.queue.doing.values() if a.worker_id == 0)
     r = pb.ProgressReport(worker_id=0, task_id=t1.task_id, seq=2, task_done=True)  # counted

@@ -7,9 +7,12 @@ every view of the job reads.
 
 - `serve.py`: the life of the master process; `assembly.py`: `build_master`, the one way
   to put a master together;
-- `job_master.py`: `JobMaster`, the job whatever the strategy (tasks, epochs, state, the
-  coordinator); `phases.py`: its phases and their allowed moves; `progress.py`,
-  `evaluation.py`, `tasks.py`: progress, evaluation rounds, the task queue;
+- `job_master.py`: `JobMaster`, the job whatever the strategy (its state, and the façade
+  the rest calls); its parts: `task_desk.py` (GetTask and ReportProgress, retried calls
+  counted once), `coordinator.py` (the thread that moves the job on),
+  `callback_decisions.py` (what the model's callbacks decided); `phases.py`: its phases
+  and their allowed moves; `progress.py`, `evaluation.py`, `tasks.py`: progress,
+  evaluation rounds, the task queue;
 - `strategy.py`: `TrainingStrategy`, the seam to how the job trains, filled by
   `ps_strategy.PsStrategy` and `allreduce_group.AllreduceGroup`;
 - `instances.py`: `InstanceManager`, the elastic policy over the site's launcher;

@@ -37,13 +37,7 @@ def rebuild(master: JobMaster, events: list[Event]) -> None:
         for event in events:
             _replay(master, event)
         master.incarnation = 1 + sum(e.kind == EventKind.MASTER_RESTARTED for e in events)
-        if master.callbacks:
-            calls = [
-                (e.data["hook"], e.data["args"], e.data["logs"])
-                for e in events
-                if e.kind == EventKind.CALLBACK
-            ]
-            master.callbacks.replay(calls, bool(master.stop_reason), master.learning_rate)
+        master.decisions.replay_calls(events)
     master.rebuilt = {
         "incarnation": master.incarnation,
         "pid": os.getpid(),
@@ -75,10 +69,7 @@ def _replay(master: JobMaster, event: Event) -> None:
         master.phases.replay(data)
     elif kind == EventKind.LOSS and data["points"]:
         master.progress.loss_points = data["points"][-1][0]
-    elif kind == EventKind.LEARNING_RATE:
-        master.learning_rate, master.learning_rate_set = data["rate"], data["set"]
-    elif kind == EventKind.TRAINING_STOPPED:
-        master.stop_reason = data["reason"]
+    master.decisions.replay(kind, data)
     master.evaluations.replay(kind, data)
     master.instances.replay(kind, data)
     master.strategy.replay(kind, data)
@@ -93,9 +84,9 @@ def _replay_queue(master: JobMaster, data: dict) -> None:
         return
     if data["op"] == "next_for":
         task = master.queue.doing[data["task"]].task
-        master.remember_task_given(data["worker_id"], seq, task.to_message())
+        master.desk.remember_task_given(data["worker_id"], seq, task.to_message())
     elif data["op"] == "report":
-        master.remember_report_counted(tags["worker"], seq)
+        master.desk.remember_report_counted(tags["worker"], seq)
 
 
 def _replay_state(master: JobMaster, event: Event) -> None:
