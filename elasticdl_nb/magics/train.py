@@ -106,6 +106,11 @@ def resolve_data(namespace: Mapping[str, Any], option: str, items: list[str] | N
             f", the rest paths: pass either the arrays' names ({flag} x y) or file paths."
         )
     values = [namespace[item] for item in variables]
+    if len(values) == 1 and hasattr(values[0], "shape"):
+        raise SpecError(
+            f"{flag} {items[0]}: one array, without labels: name the labels' array too "
+            f"({flag} {items[0]} LABELS)."
+        )
     if len(values) == 1:
         return values[0]
     if len(values) == 2:

@@ -272,7 +272,7 @@ class JobSpec:
                 "version, and overlap_communication=True computes on one update old: drop one."
             )
         if len(self.csv_delimiter) != 1:
-            raise SpecError(f"csv_delimiter must be one character, got {self.csv_delimiter!r}.")
+            raise SpecError(f"csv_delimiter= must be one character, got {self.csv_delimiter!r}.")
 
     # ------------------------------------------------------------------ (de)serializing
 

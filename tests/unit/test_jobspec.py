@@ -20,7 +20,7 @@ def test_unknown_option_names_the_closest_known_one():
         ("shuffle", "yes", "'shuffle' must be True or False"),
         ("backend", "yarn", "'backend' must be one of local"),
         ("name", "My Job", "Job name 'My Job' is not valid"),
-        ("csv_delimiter", ";;", "csv_delimiter must be one character"),
+        ("csv_delimiter", ";;", "csv_delimiter= must be one character"),
     ],
 )
 def test_bad_values_fail_with_the_option_named(option, value, message):

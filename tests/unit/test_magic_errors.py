@@ -81,6 +81,9 @@ def test_a_data_name_neither_variable_nor_path_says_both(shell, capsys):
     err = magic_err(shell, capsys, "train --data x_train labels.csv", CELL)
     assert "x_train is a notebook variable, the rest paths" in err
 
+    err = magic_err(shell, capsys, "train --data x_train", CELL)
+    assert "--data x_train: one array, without labels: name the labels' array too" in err
+
 
 def test_a_data_name_that_is_a_file_is_a_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
