@@ -14,7 +14,7 @@ from typing import Any
 from traitlets import Bool, Enum, Int, Unicode
 from traitlets.config import Configurable
 
-from elasticdl_nb.spec import JobSpec, SpecError, option_fields
+from elasticdl_nb.spec import JobSpec, SpecError, closest, option_fields
 
 _PER_JOB = {"name", "data", "validation_data", "model_def", "model_zoo"}
 _TRAITS = {bool: Bool, int: Int, str: Unicode}
@@ -71,8 +71,11 @@ def assign(config: Configurable, settings: list[str]) -> None:
         name, sep, text = setting.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in known:
+            close = closest(name, known)
             raise SpecError(
-                f"Cannot set {setting!r}: write option=value with one of {', '.join(known)}."
+                f"Cannot set {setting!r}: "
+                + (f"did you mean {close}? " if close else "")
+                + f"Write option=value with one of {', '.join(known)}."
             )
         trait = config.traits()[name]
         try:

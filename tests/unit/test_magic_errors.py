@@ -45,6 +45,9 @@ def test_an_unknown_flag_is_one_line_naming_the_closest_option(shell, capsys):
         err == "%%elasticdl train: unknown option --frobnicate: `%%elasticdl train -h` lists them\n"
     )
 
+    err = magic_err(shell, capsys, "config workrs=3")  # the notebook's defaults: by name
+    assert err.startswith("%elasticdl config: Cannot set 'workrs=3': did you mean workers? ")
+
 
 def test_an_invalid_choice_is_one_line_listing_the_choices(shell, capsys):
     err = magic_err(shell, capsys, "train --strategy foo --data x_train y_train", CELL)
