@@ -60,7 +60,61 @@ class _Computed:
     ends_task: bool = False  # the task's last minibatch: its push completes the task
 
 
+class _TaskPass:
+    """One asynchronous training task's pass over its minibatches: the window of those
+    read ahead (`window`: [batch, its ids or None], the current one first), each step's
+    train call, which probes the ids of the minibatch `ahead` steps on, and where the
+    task's time went (`timing`)."""
+
+    def __init__(self, trainer: Trainer, task: pb.Task, ahead: int):
+        self.task, self.ahead, self._trainer = task, ahead, trainer
+        r = task.range
+        self._source = trainer.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING)
+        self.window: deque[list] = deque()
+        self.timing = pb.TaskTiming()
+        self.started = time.perf_counter()
+
+    def fill(self) -> None:
+        while len(self.window) <= self.ahead:
+            batch = next(self._source, None)
+            if batch is None:
+                return
+            self._trainer._ensure_built(batch.features)
+            self.window.append([batch, None])
+
+    def read_ahead(self) -> None:
+        """Fill the window, and probe the ids of the first `ahead` minibatches (no step
+        before them did)."""
+        self.fill()
+        for entry in list(self.window)[: self.ahead]:
+            entry[1] = self._trainer.runner.probe_ids(entry[0].features)
+
+    def reply(self, handle):
+        """The PS's answer to an exchange, the wait for it counted in the task's time."""
+        t0 = time.perf_counter()
+        answer = handle.result()
+        self.timing.wait_seconds += time.perf_counter() - t0
+        return answer
+
+    def step(self, batch, dense, rows) -> _Computed:
+        """Train on `batch` with the parameters an exchange brought."""
+        target = self.window[self.ahead - 1] if len(self.window) >= self.ahead else None
+        t0 = time.perf_counter()
+        grads = self._trainer.runner.train_step(
+            batch.features, batch.labels, dense, rows, target[0].features if target else None
+        )
+        self.timing.compute_seconds += time.perf_counter() - t0
+        self.timing.minibatches += 1
+        if target:
+            target[1] = grads.next_ids
+        push = self._trainer._payload(self.task, batch, grads)
+        return _Computed(self.task, push, grads.loss, self.timing)
+
+
 class Trainer:
+    """A parameter-server job's worker: runs each task it is given (`run`) against the
+    PS through its `PsClient`."""
+
     def __init__(
         self,
         env: ProcessEnv,
@@ -119,86 +173,81 @@ class Trainer:
     # ------------------------------------------------------------------ tasks
 
     def _train(self, task: pb.Task) -> None:
-        """Train on every minibatch of the task.
+        """Train on every minibatch of the task, in the job's mode: synchronous (a PS
+        waits for `grads_to_wait` gradients per version), overlapped, or exact.
 
-        Each step's push travels with the pull for a later step: the next one (exact), or,
-        with `overlap_communication`, the one after, sent before this step computes so the
-        PS works meanwhile (parameters are then one update old). The ids a pull needs are
-        probed `ahead` minibatches early, inside the train call of an earlier step. In
-        exact mode the task's last push stays unsent (`_unsent`) until the next task's
-        first pull or `flush_unsent`; the task is reported done once it is applied.
+        In the two asynchronous modes each step's push travels with the pull for a later
+        step: the next one (exact), or, with `overlap_communication`, the one after, sent
+        before this step computes so the PS works meanwhile (parameters are then one
+        update old). The ids a pull needs are probed `ahead` minibatches early, inside
+        the train call of an earlier step (`_TaskPass`).
         """
-        overlap = self.spec.overlap_communication
-        ahead = 2 if overlap else 1
-        r = task.range
-        source = self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING)
-        window: deque[list] = deque()  # [batch, its ids or None], current batch first
-
-        def fill() -> None:
-            while len(window) <= ahead:
-                batch = next(source, None)
-                if batch is None:
-                    return
-                self._ensure_built(batch.features)
-                window.append([batch, None])
-
-        timing = pb.TaskTiming()
-        t_task = time.perf_counter()
-
-        def reply(handle):  # the PS's answer, and how long the loop waited for it
-            t0 = time.perf_counter()
-            answer = handle.result()
-            timing.wait_seconds += time.perf_counter() - t0
-            return answer
-
         if self.spec.grads_to_wait:
-            return self._train_synchronously(task)
-        if overlap:
-            self.flush_unsent()
-        fill()
-        for entry in list(window)[:ahead]:
-            entry[1] = self.runner.probe_ids(entry[0].features)
-        in_flight = None  # (exchange on its way, the push it carries)
-        if overlap and window:
-            in_flight = (self._start(None, window[0][1]), None)
+            self._train_synchronously(task)
+        elif self.spec.overlap_communication:
+            self._train_overlapped(task)
+        else:
+            self._train_exact(task)
+
+    def _train_exact(self, task: pb.Task) -> None:
+        """Each step's pull carries the previous step's push. The task's last push stays
+        unsent (`_unsent`) until the next task's first pull or `flush_unsent`; the task is
+        reported done once it is applied."""
+        run = _TaskPass(self, task, ahead=1)
+        run.read_ahead()
         last, self._unsent = self._unsent, None  # computed, not yet sent
-        while window and not self.reporter.stop_requested.is_set():
-            batch, ids = window.popleft()
-            push = last.push if last else None
-            if overlap:
-                fill()
-                handle, carried = in_flight
-                dense, rows = reply(handle)
-                in_flight = (self._start(push, window[0][1] if window else {}), last)
-            else:
-                handle, carried = self._start(push, ids), last
-                fill()  # (the next minibatch is read while the PS works)
-                dense, rows = reply(handle)
+        while run.window and not self.reporter.stop_requested.is_set():
+            batch, ids = run.window.popleft()
+            handle, carried = self._start(last.push if last else None, ids), last
+            run.fill()  # (the next minibatch is read while the PS works)
+            dense, rows = run.reply(handle)
             if carried:
                 self._applied(carried, handle)
-            target = window[ahead - 1] if len(window) >= ahead else None
-            t0 = time.perf_counter()
-            grads = self.runner.train_step(
-                batch.features, batch.labels, dense, rows, target[0].features if target else None
-            )
-            timing.compute_seconds += time.perf_counter() - t0
-            timing.minibatches += 1
-            if target:
-                target[1] = grads.next_ids
-            last = _Computed(task, self._payload(task, batch, grads), grads.loss, timing)
+            last = run.step(batch, dense, rows)
+        self._task_trained(run, last, flush=False)
+
+    def _train_overlapped(self, task: pb.Task) -> None:
+        """Each step's push goes out with the pull for the step after next, before this
+        step computes; the task ends with its last exchange answered and its last push
+        sent (a task boundary empties the pipeline)."""
+        run = _TaskPass(self, task, ahead=2)
+        self.flush_unsent()
+        run.read_ahead()
+        in_flight = None  # (exchange on its way, the push it carries)
+        if run.window:
+            in_flight = (self._start(None, run.window[0][1]), None)
+        last = None  # computed, not yet sent
+        while run.window and not self.reporter.stop_requested.is_set():
+            batch, _ = run.window.popleft()
+            run.fill()
+            handle, carried = in_flight
+            dense, rows = run.reply(handle)
+            following = run.window[0][1] if run.window else {}
+            in_flight = (self._start(last.push if last else None, following), last)
+            if carried:
+                self._applied(carried, handle)
+            last = run.step(batch, dense, rows)
         if in_flight is not None:
-            self._loaded(reply(in_flight[0]))  # (the next task starts from them)
-            if in_flight[1]:
-                self._applied(in_flight[1], in_flight[0])
-        timing.task_seconds = time.perf_counter() - t_task
-        if last is None or last.task is not task:  # no minibatch of this task was computed
+            handle, carried = in_flight
+            self._loaded(run.reply(handle))  # (the next task starts from them)
+            if carried:
+                self._applied(carried, handle)
+        self._task_trained(run, last, flush=True)
+
+    def _task_trained(self, run: _TaskPass, last: _Computed | None, flush: bool) -> None:
+        """The end of an asynchronous task's pass: its last push, `last`, is kept unsent
+        for the next task's first pull, or sent now if `flush` or the worker is stopping.
+        A task none of whose minibatches was computed is done at once."""
+        run.timing.task_seconds = time.perf_counter() - run.started
+        stopping = self.reporter.stop_requested.is_set()
+        if last is None or last.task is not run.task:  # no minibatch of this task was computed
             self._unsent = last  # (the previous task's, if the loop never ran)
-            if not self.reporter.stop_requested.is_set():
-                self.reporter.task_done(task.task_id, timing=timing, wait=False)
+            if not stopping:
+                self.reporter.task_done(run.task.task_id, timing=run.timing, wait=False)
             return
         last.ends_task = True
         self._unsent = last
-        if overlap or self.reporter.stop_requested.is_set():
+        if flush or stopping:
             self.flush_unsent()
 
     def flush_unsent(self) -> bool:
