@@ -129,7 +129,9 @@ def _parse(parser, argv: list[str], what: str, where: str) -> dict:
     except BaseException as exc:  # argparse exits (the CLI), the magic raises its own
         if isinstance(exc, KeyboardInterrupt):
             raise
-        pytest.fail(f"{where}: {what} {shlex.join(argv)!r} does not parse:\n{said.getvalue()}")
+        pytest.fail(
+            f"{where}: {what} {shlex.join(argv)!r} does not parse: {exc}\n{said.getvalue()}"
+        )
 
 
 def check_magic(line: str, cell: bool, where: str) -> None:
