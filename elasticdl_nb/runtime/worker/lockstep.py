@@ -18,6 +18,11 @@ minibatch of a step that did not complete is trained again.
 A step's minibatches are reported to the master once the next step has completed (then
 every member has applied it); see runtime/master/allreduce_group.py for why.
 
+The group itself (entering it, the ring, the newest version, handing the model to a
+newcomer, the master's recovery plan and a step's sums to a member behind) is the
+member's `GroupLink` (group_link.py); `Lockstep` decides when: before the first step, at
+a step boundary where someone heard of a newer version, and after a `PeerLost`.
+
 Every `checkpoint_steps` steps the group's first member checkpoints its replica off the
 step's path (runtime/collective/checkpoints.py), with the minibatches it holds (every
 member keeps that record, and a joiner gets it with the model); a group formed after every
@@ -28,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -42,18 +46,17 @@ from elasticdl_nb.model.contract import Mode
 from elasticdl_nb.model.metrics import take_metric_states
 from elasticdl_nb.runtime.collective import checkpoints
 from elasticdl_nb.runtime.collective.checkpoints import Applied, CheckpointWriter
-from elasticdl_nb.runtime.collective.handoff import receive_arrays, receive_state, send_arrays
-from elasticdl_nb.runtime.collective.ring import Group, PeerLost, Ring, RingListener
+from elasticdl_nb.runtime.collective.ring import Group, PeerLost
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.export import export_model
+from elasticdl_nb.runtime.worker.group_link import GroupLink, group_of
 from elasticdl_nb.runtime.worker.replica import Replica
 from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
 from elasticdl_nb.runtime.worker.reporter import Reporter
 from elasticdl_nb.runtime.worker.task_feed import TaskFeed
-from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import GroupChange
 
 log = logging.getLogger("elasticdl_nb.worker")
@@ -82,8 +85,6 @@ def _join16(hi: float, lo: float) -> int:
 # (a dead one is noticed at once: its connections reset). Tied to the observed step time.
 DEADLINE_STEPS, DEADLINE_FLOOR = 25, 2.0
 SLOW_STEP_SECONDS = 300.0  # a step after which someone evaluates, exports, or joins
-RING_TIMEOUT = 5.0  # to connect a new ring (everyone is at the same step boundary)
-JOIN_STATE_TIMEOUT = 300.0  # a joiner waits this long for the model
 
 
 @dataclass
@@ -107,22 +108,17 @@ class StepRecord:
 class Lockstep:
     def __init__(self, env: ProcessEnv, worker_id: int, master: rpc.MasterStub, reporter: Reporter):
         self.env, self.me, self.master, self.reporter = env, worker_id, master, reporter
-        self.spec = JobSpec.from_json(env.files.spec.read_text())
+        self.spec = env.files.read_spec()
         contract = load_bundle(env.files.bundle)
         self.replica = Replica(contract)
         sources = env.load_sources()
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
-        self.listener = RingListener(
-            env.bind_host or "127.0.0.1", env.token, worker_id, tls=env.tls
-        )
+        self.link = GroupLink(env, worker_id, master)  # the group, its ring, the transfers
         self.step = 0  # the last step this replica applied
-        self.group: Group | None = None
-        self.ring: Ring | None = None
         self.held: tuple[int, np.ndarray, np.ndarray] | None = None  # last step's sums
         self.unreported: deque[StepRecord] = deque()
         self.step_seconds: deque[float] = deque(maxlen=50)
-        self._latest = 0  # the newest group version the master has
         self._rate, self._rate_set = 0.0, 0  # the newest rate set by callbacks (tasks carry it)
         self._slow_next = True  # the first step of a ring waits long (tracing, joiners)
         self._minibatches: Iterator[Minibatch] | None = None
@@ -131,8 +127,6 @@ class Lockstep:
         self._task_timing: dict[int, pb.TaskTiming] = {}
         self._zeros: np.ndarray | None = None
         self._idle = 0.0  # the current back-off between steps nobody had work for
-        self._change: tuple[float, str] | None = None  # (since, cause) until a step settles
-        self._closed = threading.Event()
         self.feed: TaskFeed | None = None
         self.records = ReplicaRecords(env.job_dir, worker_id, self.spec.record_ledger)
         self.applied = Applied(self.spec.minibatch_size)  # what this replica's state holds
@@ -147,35 +141,14 @@ class Lockstep:
 
     def run(self) -> None:
         self._build()
-        info = self.master.JoinGroup(
-            pb.JoinRequest(worker_id=self.me, address=self.listener.address), timeout=600
-        )
-        group = _group(info)
-        self._change = (
-            time.monotonic(),
-            GroupChange.FORMED if info.state_from >= 0 else GroupChange.JOINED,
-        )
-        if info.state_from == self.me:  # a group formed from nothing starts from us
-            if info.restore:
-                self._restore(Path(info.restore))
-            self._send_state(group, old_members={self.me})
-        else:
-            self._receive_state()
-            group = _group(self.master.GetGroup(pb.GroupRequest(version=self._state_version)))
-        try:
-            self._connect(group)
-        except PeerLost as exc:  # it holds the model now: it recovers like the others
-            self._recover(exc)
-        self._record("entered")
+        self._enter()
         self.feed = TaskFeed(self.master, self.me)
-        threading.Thread(target=self._poll_versions, daemon=True, name="group-poll").start()
+        self.link.poll_versions()
         try:
             self._steps()
         finally:
-            self._closed.set()
             self.feed.close()
-            if self.ring:
-                self.ring.close()
+            self.link.close()
 
     def _steps(self) -> None:
         while True:
@@ -195,7 +168,7 @@ class Lockstep:
                 task, self._special = self._special, None
                 self._run_special(task)
             newest = int(table[:, Row.VERSION].max())
-            if newest > self.group.version:
+            if newest > self.link.group.version:
                 if not self._switch(newest):
                     return  # this member left the group
             elif table[:, Row.COUNT].sum() == 0:
@@ -239,7 +212,7 @@ class Lockstep:
             batch = following
 
     def _one_step(self, mb: Minibatch | None) -> np.ndarray:
-        group, step = self.group, self.step + 1
+        group, step = self.link.group, self.step + 1
         t0 = time.perf_counter()
         table = np.zeros((group.size, Row.WIDTH), np.float32)
         row = table[group.rank_of(self.me)]
@@ -255,12 +228,12 @@ class Lockstep:
             row[Row.TASK_HI], row[Row.TASK_LO] = _split16(mb.task.task_id)
             row[Row.COUNT], row[Row.LOSS] = count, loss * count
         t1 = time.perf_counter()
-        row[Row.VERSION] = self._latest
+        row[Row.VERSION] = self.link.latest
         row[Row.FINISHED] = float(self.feed.finished.is_set() and mb is None)
         row[Row.SLOW] = float(self._special is not None)
         row[Row.RATE], row[Row.RATE_SET] = self._rate, self._rate_set
         timeout = self._deadline()
-        summed, table = self.ring.allreduce([grads, table], step, timeout)
+        summed, table = self.link.ring.allreduce([grads, table], step, timeout)
         t2 = time.perf_counter()
         if mb is not None:  # (compute: the gradients; wait: the allreduce)
             timing = self._task_timing[mb.task.task_id]
@@ -305,8 +278,9 @@ class Lockstep:
             (int(r[Row.EPOCH]), int(r[Row.SOURCE]), start)
             for r, (_, start) in zip(present, minibatches)
         )
-        if self.group.members[0][0] == self.me:
-            self.checkpoints.maybe_save(step, self.group.version, self.replica.state, self.applied)
+        if self.link.leads:
+            version = self.link.group.version
+            self.checkpoints.maybe_save(step, version, self.replica.state, self.applied)
         loss = float(table[:, Row.LOSS].sum() / records) if records > 0 else None
         record = StepRecord(step, minibatches, loss, rate)
         if mb is not None and mb.last_of_task:
@@ -324,7 +298,7 @@ class Lockstep:
 
     def _report_through(self, step: int) -> None:
         """Tell the master about every step up to `step` (all members applied them)."""
-        first = self.group.members[0][0] == self.me  # one member reports the loss
+        first = self.link.leads  # one member reports the loss
         while self.unreported and self.unreported[0].step <= step:
             record = self.unreported.popleft()
             by_task: dict[int, list[int]] = {}
@@ -338,48 +312,48 @@ class Lockstep:
                 self.reporter.task_done(task.task_id, timing=timing, wait=False)
 
     def _report_settled(self) -> None:
-        if self._change is not None:
-            since, cause = self._change
-            self._change = None
-            if self.group.members[0][0] == self.me:
-                self.reporter.settled(
-                    self.group.version, self.step, time.monotonic() - since, cause
-                )
-                log.info(
-                    "group %d (%s) settled: step %d, %.3f s after the change",
-                    self.group.version, cause, self.step, time.monotonic() - since,
-                )  # fmt: skip
+        change = self.link.settled()
+        if change is not None and self.link.leads:
+            since, cause = change
+            version = self.link.group.version
+            self.reporter.settled(version, self.step, time.monotonic() - since, cause)
+            log.info(
+                "group %d (%s) settled: step %d, %.3f s after the change",
+                version, cause, self.step, time.monotonic() - since,
+            )  # fmt: skip
 
     # ================================================================== group changes
 
-    def _poll_versions(self) -> None:
-        while not self._closed.wait(0.1):
-            try:
-                self._latest = self.master.GetGroup(pb.GroupRequest(), timeout=5).version
-            except Exception:  # noqa: BLE001 - the step loop notices a master that is gone
-                pass
+    def _enter(self) -> None:
+        """Enter the group: start it (from nothing, or from the replicas' checkpoint) and
+        send the model to whoever enters with us, or receive the model from a member."""
+        info = self.link.join()
+        group = group_of(info)
+        self.link.changed(GroupChange.FORMED if info.state_from >= 0 else GroupChange.JOINED)
+        if info.state_from == self.me:  # a group formed from nothing starts from us
+            if info.restore:
+                self._restore(Path(info.restore))
+            self._send_state(group, old_members={self.me})
+        else:
+            group = self.link.fetch(self._receive_state())
+        try:
+            self._connect(group)
+        except PeerLost as exc:  # it holds the model now: it recovers like the others
+            self._recover(exc)
+        self._record("entered")
 
     def _connect(self, group: Group) -> None:
-        if self.ring is not None:
-            self.ring.close()
-        self.ring = None
-        self.group = group
-        self.ring = Ring(
-            group, self.me, self.listener, self.env.token, RING_TIMEOUT, tls=self.env.tls
-        )
+        self.link.connect(group)
         self._slow_next = True
         self._scale_learning_rate()
 
     def _switch(self, version: int) -> bool:
         """Move to group `version` after the step all members just completed; False if
         this member is not in it (it leaves)."""
-        old = self.group
-        new = _group(self.master.GetGroup(pb.GroupRequest(version=version), timeout=30))
+        old = self.link.group
+        new = self.link.fetch(version, timeout=30)
         old_ids, new_ids = {w for w, _ in old.members}, {w for w, _ in new.members}
-        self._change = (
-            time.monotonic(),
-            GroupChange.JOINED if new_ids - old_ids else GroupChange.LEFT,
-        )
+        self.link.changed(GroupChange.JOINED if new_ids - old_ids else GroupChange.LEFT)
         if self.me not in new_ids:
             self._report_through(self.step)
             self._finish(f"left the group at version {version}")
@@ -394,26 +368,22 @@ class Lockstep:
         return True
 
     def _send_state(self, group: Group, old_members: set[int]) -> None:
-        """If this member is the first of `group` that was in `old_members`, send the
-        replica to every member of `group` that was not."""
-        carriers = [w for w, _ in group.members if w in old_members]
-        if not carriers or carriers[0] != self.me:
-            return
-        state = [np.array(self.step, np.int64), self.applied.to_bytes(), *self.replica.state()]
-        for worker, address in group.members:
-            if worker not in old_members:
-                send_arrays(
-                    address, self.env.token, group.version, self.me, worker, state,
-                    RING_TIMEOUT, purpose="state", tls=self.env.tls,
-                )  # fmt: skip
-                log.info("sent the model (step %d) to worker %d", self.step, worker)
+        """The replica to the members of `group` not in `old_members`, if this member
+        is the one to send it (`GroupLink.send_state`)."""
+        self.link.send_state(
+            group,
+            old_members,
+            lambda: [np.array(self.step, np.int64), self.applied.to_bytes(), *self.replica.state()],
+        )
 
-    def _receive_state(self) -> None:
-        self._state_version, arrays = receive_state(self.listener, JOIN_STATE_TIMEOUT)
+    def _receive_state(self) -> int:
+        """Take the model a member sends; returns the group version it was sent for."""
+        version, arrays = self.link.receive_state()
         self.step = int(arrays[0])
         self.applied = Applied.from_bytes(self.spec.minibatch_size, arrays[1])
         self.replica.set_state(arrays[2:])
-        log.info("got the model at step %d for group %d", self.step, self._state_version)
+        log.info("got the model at step %d for group %d", self.step, version)
+        return version
 
     def _restore(self, path: Path) -> None:
         """Every replica was lost: start from their checkpoint at `path`."""
@@ -421,6 +391,8 @@ class Lockstep:
         self.replica.set_state(checkpoint.arrays())
         self.step, self.applied = checkpoint.step, checkpoint.applied
         log.info("restored the replicas' checkpoint of step %d (%s)", self.step, path.name)
+
+    # ================================================================== recovery
 
     def _recover(self, lost: PeerLost) -> None:
         """Agree on the survivors with the master, bring this replica to the agreed step,
@@ -434,59 +406,32 @@ class Lockstep:
                 lost = again
 
     def _recover_once(self, lost: PeerLost, since: float) -> None:
-        log.warning("group %d broke at step %d: %s", self.group.version, self.step + 1, lost)
-        if self.ring:
-            self.ring.close()
+        log.warning("group %d broke at step %d: %s", self.link.group.version, self.step + 1, lost)
+        self.link.close_ring()
         self.reporter.flush()  # the master has everything reported before it decides
         unreported = [
             pb.StepMinibatch(step=r.step, task_id=t, start=s)
             for r in self.unreported
             for t, s in r.minibatches
         ]
-        plan = self.master.ReportLost(
-            pb.LostReport(
-                worker_id=self.me, version=self.group.version, completed_step=self.step,
-                holds_result=self.held is not None and self.held[0] == self.step,
-                unreported=unreported, cause=str(lost),
-                suspect=lost.worker if lost.timed_out and lost.worker is not None else -1,
-            ),
-            timeout=120,
-        )  # fmt: skip
-        new = _group(plan.group)
-        if self.me not in {w for w, _ in new.members}:
-            raise SystemExit(f"worker {self.me} is out of the group after a failure")
-        # From here on this member is in the new version: a failure before its first step
-        # is reported for it (the old version's decision is made, and stays made).
-        self.group = new
+        holds_result = self.held is not None and self.held[0] == self.step
+        plan = self.link.report_lost(lost, self.step, holds_result, unreported)
+        new = self.link.group
         if self.me in plan.behind:
             # The step that broke here completed elsewhere, with this member's minibatch.
-            step, summed, table = self._receive_result(plan, new)
-            self._apply(step, summed, table, self._pending)
+            self._apply(*self.link.receive_result(plan, self.step + 1), self._pending)
             self._minibatch_applied()
         elif self.me == plan.source:
-            step, summed, table = self.held
-            for worker in plan.behind:
-                address = dict(new.members)[worker]
-                send_arrays(
-                    address, self.env.token, new.version, self.me, worker,
-                    [np.array([step]), summed, table], RING_TIMEOUT, tls=self.env.tls,
-                )  # fmt: skip
+            self.link.send_result(plan, self.held)
         self._report_through(plan.step)
-        self._change = (since, GroupChange.FAILURE)
+        self.link.changed(GroupChange.FAILURE, since)
         self._send_state(new, {w for w, _ in new.members} - set(plan.joiners))
         self._connect(new)
         self._record("recovered")
 
-    def _receive_result(self, plan: pb.RecoveryPlan, new: Group):
-        arrays = receive_arrays(self.listener, new.version, plan.source, RING_TIMEOUT * 4)
-        step, summed, table = int(arrays[0][0]), arrays[1], arrays[2]
-        if step != plan.step or step != self.step + 1:
-            raise RuntimeError(f"recovery sent step {step}; expected {plan.step}")
-        return step, summed, table
-
     def _scale_learning_rate(self) -> None:
         if self.spec.lr_scaling == "linear":
-            self.replica.scale_learning_rate(self.group.size / self.spec.workers)
+            self.replica.scale_learning_rate(self.link.group.size / self.spec.workers)
 
     # ================================================================== tasks between steps
 
@@ -518,7 +463,7 @@ class Lockstep:
     def _record(self, event: str) -> None:
         """The replica's checksum at this step, for comparing replicas across workers."""
         self.records.checksum(
-            event, self.group.version, self.step, self.replica.checksum(),
+            event, self.link.group.version, self.step, self.replica.checksum(),
             self.replica.learning_rate(),
         )  # fmt: skip
 
@@ -533,7 +478,3 @@ class Lockstep:
         self._record("end")
         self.reporter.flush()
         log.info("worker %d stops at step %d: %s", self.me, self.step, why)
-
-
-def _group(info: pb.GroupInfo) -> Group:
-    return Group(info.version, tuple((m.worker, m.address) for m in info.members))
