@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from elasticdl_nb.runtime.job_dir import write_json
+from elasticdl_nb.runtime.job_dir import JobDir, write_json
 from elasticdl_nb.runtime.master import recovery
 from elasticdl_nb.runtime.master.assembly import build_master
 from elasticdl_nb.runtime.master.journal import Journal
@@ -52,18 +52,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     # Each worker may hold a thread for up to a second while it long-polls for a task.
     server = make_server(token, MASTER, threads=64)
     site = site_for(spec, job_dir)
-    try:
-        site.open()
-    except Exception as exc:  # e.g. the cluster refused the PS Services: say so, and why
-        log.error("the master cannot start: %s", exc)
-        status = {
-            "name": name,
-            "state": JobState.FAILED,
-            "error": f"the master cannot start: {exc}",
-        }
-        write_json(files.state, status)
-        site.job_ended(status)
-        raise SystemExit(1) from None
+    _open(site, files, name)
     address = site.bind(server, env.tls)
     env = dataclasses.replace(env, master_addr=address, ps_addrs=tuple(site.ps_addrs))
 
@@ -86,16 +75,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     rpc.add_MasterServicer_to_server(MasterService(master), server)
 
     server.start()
-    write_json(
-        files.master,
-        {
-            "address": address,
-            "pid": os.getpid(),
-            # A local job's supervisor: the process whose life is the job's (it restarts
-            # a master that dies); None where the platform restarts the master.
-            "supervisor_pid": int(os.environ.get(SUPERVISOR_PID_ENV) or 0) or None,
-        },
-    )
+    _write_master_file(files, address)
     log.info("master of %s serving on %s", name, address)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(
@@ -117,6 +97,38 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     if tensorboard:
         tensorboard.close()
     server.stop(grace=2).wait()
-    write_json(files.state, status)  # last: its presence means the job is over
-    site.job_ended(status)
+    _ended(site, files, status)
     log.info("master exits")
+
+
+def _open(site: MasterSite, files: JobDir, name: str) -> None:
+    """Open the site; if it cannot be (e.g. the cluster refused the PS Services), the
+    job ends `failed` saying why, and the process exits."""
+    try:
+        site.open()
+    except Exception as exc:
+        log.error("the master cannot start: %s", exc)
+        error = f"the master cannot start: {exc}"
+        _ended(site, files, {"name": name, "state": JobState.FAILED, "error": error})
+        raise SystemExit(1) from None
+
+
+def _write_master_file(files: JobDir, address: str) -> None:
+    """Where this master serves, for clients and for a master that takes over."""
+    write_json(
+        files.master,
+        {
+            "address": address,
+            "pid": os.getpid(),
+            # A local job's supervisor: the process whose life is the job's (it restarts
+            # a master that dies); None where the platform restarts the master.
+            "supervisor_pid": int(os.environ.get(SUPERVISOR_PID_ENV) or 0) or None,
+        },
+    )
+
+
+def _ended(site: MasterSite, files: JobDir, status: dict) -> None:
+    """The job's final state: written last (its presence means the job is over), then
+    told to the site."""
+    write_json(files.state, status)
+    site.job_ended(status)
