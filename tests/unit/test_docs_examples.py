@@ -20,7 +20,9 @@ must say what it is, and is checked by its kind:
 A fence with no language, or another one, fails: say what the block is. Inline code that
 is a command (`%elasticdl ...`, `python -m elasticdl_nb ...`, `make ...`,
 `edl.train(...)`) is checked the same way; every relative link (and its #anchor) must
-lead somewhere; and the user guide's table of options names every JobSpec option.
+lead somewhere; every file named in inline code (`runtime/master/goodput.py`, a test's
+`file.py::test_name`) exists; and the user guide's table of options names every JobSpec
+option.
 """
 
 from __future__ import annotations
@@ -476,6 +478,52 @@ def test_the_user_guide_names_every_option():
     table = guide.split("\n## Options\n")[1].split("\n## ")[0]
     named = re.findall(r"`([\w*]+)`", table)
     assert sorted(f for f in SPEC_FIELDS if not any(fnmatch.fnmatch(f, n) for n in named)) == []
+
+
+# Paths a job or a run writes, named in the docs but not in the repository.
+WRITTEN = {
+    "examples/quickstart.executed.ipynb",
+    "ratios.png",
+    "scaling.png",
+    "embeddings/",
+    "replicas/",
+    "tls/",
+    "bundle/source/captured_model.py",
+    ".written.json",
+}
+# Where a doc's short paths start: the repository, the package, tests/, bench/, ...
+PATH_ROOTS = [
+    REPO,
+    REPO / "elasticdl_nb",
+    REPO / "elasticdl_nb" / "runtime" / "protocol",
+    REPO / "tests",
+    REPO / "tests" / "integration",
+    REPO / "tests" / "kubernetes",
+    REPO / "bench",
+]
+CODE_PATH = re.compile(r"[\w./*-]+\.(py|proto|yaml|ipynb|md|json|toml|png)|[\w.-]+/([\w.-]+/)*")
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(REPO)))
+def test_every_file_named_in_code_exists(path):
+    """`runtime/master/goodput.py`, `tests/integration/test_faults.py::test_...`: a module
+    that moves or a test that is renamed must take its docs along."""
+    _, prose = _blocks_and_prose(path)
+    missing = []
+    for span in sorted(set(INLINE.findall(prose))):
+        name = span.split("::")[0].split("[")[0]
+        if not CODE_PATH.fullmatch(name) or name in WRITTEN:
+            continue
+        found = [root / name for root in PATH_ROOTS if (root / name).is_file()]
+        if not found and not any(
+            (root / name).exists() or any(root.glob(name)) for root in PATH_ROOTS
+        ):
+            missing.append(span)
+        elif "::" in span and not any(
+            f"def {span.split('::')[1]}(" in file.read_text() for file in found
+        ):
+            missing.append(span)
+    assert missing == []
 
 
 # ---------------------------------------------------------------------- the checks can fail
