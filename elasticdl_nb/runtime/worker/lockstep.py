@@ -3,12 +3,12 @@ shrinks on a failure and grows on a join without anyone restarting.
 
 A step: take this member's next minibatch (or none), compute its gradients, then one
 ring allreduce of [gradients × records, the step's table]. The table has a row per rank
-(`Row`): which minibatch the rank contributed (task, epoch, source, start), its record
-count and loss, the newest group version it heard of, whether it heard the job is over,
-and whether it is about to evaluate or export (a slow step). Everyone gets the same sums,
-so everyone applies the same update, keeps the same ledger of applied minibatches, and
-makes the same decisions after the step: switch to a newer version, stop, or wait longer
-for the next step.
+(`step_table.py`): the minibatch the rank contributed, its record count and loss, the
+newest group version it heard of, whether it heard the job is over, and whether it is
+about to evaluate or export (a slow step). Everyone gets the same sums, so everyone
+applies the same update, keeps the same ledger of applied minibatches, and makes the
+same decisions after the step: switch to a newer version, stop, or wait longer for the
+next step.
 
 After a `PeerLost` the member reports to the master and gets the `Recovery` every
 survivor gets (runtime/collective/membership.py): the one step behind receive that
@@ -50,35 +50,18 @@ from elasticdl_nb.runtime.collective.ring import Group, PeerLost
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
+from elasticdl_nb.runtime.worker import step_table
 from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.export import export_model
 from elasticdl_nb.runtime.worker.group_link import GroupLink, group_of
 from elasticdl_nb.runtime.worker.replica import Replica
 from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
 from elasticdl_nb.runtime.worker.reporter import Reporter
+from elasticdl_nb.runtime.worker.step_table import Row, new_table, put_minibatch
 from elasticdl_nb.runtime.worker.task_feed import TaskFeed
 from elasticdl_nb.vocabulary import GroupChange
 
 log = logging.getLogger("elasticdl_nb.worker")
-
-
-class Row:
-    """The columns of one rank's row in a step's table (float32: ids split in 16 bits)."""
-
-    PRESENT, EPOCH, SOURCE, START_HI, START_LO, TASK_HI, TASK_LO = range(7)
-    COUNT, LOSS, VERSION, FINISHED, SLOW = range(7, 12)
-    # The learning rate the master's callbacks set, and which setting it is: a step
-    # applies the newest any member holds, so every replica applies the same.
-    RATE, RATE_SET = range(12, 14)
-    WIDTH = 14
-
-
-def _split16(value: int) -> tuple[int, int]:
-    return value >> 16, value & 0xFFFF
-
-
-def _join16(hi: float, lo: float) -> int:
-    return (int(hi) << 16) | int(lo)
 
 
 # How long a member waits for a neighbour's data before it counts the neighbour as hung
@@ -214,7 +197,7 @@ class Lockstep:
     def _one_step(self, mb: Minibatch | None) -> np.ndarray:
         group, step = self.link.group, self.step + 1
         t0 = time.perf_counter()
-        table = np.zeros((group.size, Row.WIDTH), np.float32)
+        table = new_table(group.size)
         row = table[group.rank_of(self.me)]
         if mb is None:
             if self._zeros is None:
@@ -222,11 +205,7 @@ class Lockstep:
             grads = self._zeros
         else:
             loss, grads = self.replica.gradients(mb.batch.features, mb.batch.labels)
-            count = len(np.asarray(mb.batch.labels))
-            row[Row.PRESENT], row[Row.EPOCH], row[Row.SOURCE] = 1, mb.task.epoch, mb.batch.source
-            row[Row.START_HI], row[Row.START_LO] = _split16(mb.batch.start)
-            row[Row.TASK_HI], row[Row.TASK_LO] = _split16(mb.task.task_id)
-            row[Row.COUNT], row[Row.LOSS] = count, loss * count
+            put_minibatch(row, mb.task, mb.batch, len(np.asarray(mb.batch.labels)), loss)
         t1 = time.perf_counter()
         row[Row.VERSION] = self.link.latest
         row[Row.FINISHED] = float(self.feed.finished.is_set() and mb is None)
@@ -265,19 +244,9 @@ class Lockstep:
         rate = self.replica.apply(summed / records, given) if records > 0 else 0.0
         self.step = step
         self.held = (step, summed, table)
-        present = table[table[:, Row.PRESENT] > 0]
-        minibatches = [
-            (_join16(r[Row.TASK_HI], r[Row.TASK_LO]), _join16(r[Row.START_HI], r[Row.START_LO]))
-            for r in present
-        ]
-        self.records.applied(  # every replica keeps the whole ledger
-            step, [(int(r[Row.EPOCH]), int(r[Row.SOURCE]), start) for r, (_, start)
-                   in zip(present, minibatches)]
-        )  # fmt: skip
-        self.applied.add(
-            (int(r[Row.EPOCH]), int(r[Row.SOURCE]), start)
-            for r, (_, start) in zip(present, minibatches)
-        )
+        minibatches, ledger = step_table.minibatches(table)
+        self.records.applied(step, ledger)  # every replica keeps the whole ledger
+        self.applied.add(ledger)
         if self.link.leads:
             version = self.link.group.version
             self.checkpoints.maybe_save(step, version, self.replica.state, self.applied)
