@@ -11,9 +11,15 @@ sets them again from those events (`replay`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from elasticdl_nb.runtime.master.callbacks import CallbackError, Decisions, JobCallbacks
+from elasticdl_nb.runtime.master.callbacks import (
+    CallbackError,
+    Decisions,
+    JobCallbacks,
+    callbacks_for,
+)
 from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind
 
@@ -25,9 +31,16 @@ class CallbackDecisions:
     """The job's callbacks (`callbacks`, None when the model has none) and what they
     decided. Guarded by the job's lock."""
 
-    def __init__(self, job: JobMaster, callbacks: JobCallbacks | None):
+    def __init__(self, job: JobMaster, bundle: Path, load_contract: Callable[[], object]):
         self._job = job
-        self.callbacks = callbacks
+        # (loaded on `callbacks.start()`; every call but the per-step one is journaled)
+        self.callbacks = callbacks_for(
+            bundle,
+            load_contract,
+            lambda hook, args, logs: job.journal.append(
+                EventKind.CALLBACK, hook=hook, args=args, logs=logs
+            ),
+        )
         self.learning_rate = 0.0  # set by a callback (0: the optimizer's own)
         self.learning_rate_set = 0  # how many times one was set
         self.stop_reason = ""  # why a callback stopped training ("" = it did not)

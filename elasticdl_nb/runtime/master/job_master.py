@@ -27,7 +27,6 @@ from pathlib import Path
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master.callback_decisions import CallbackDecisions
-from elasticdl_nb.runtime.master.callbacks import callbacks_for
 from elasticdl_nb.runtime.master.coordinator import Coordinator
 from elasticdl_nb.runtime.master.evaluation import Evaluations
 from elasticdl_nb.runtime.master.goodput import Goodput
@@ -100,23 +99,20 @@ class JobMaster:
         self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.desk = TaskDesk(self)  # GetTask and ReportProgress
         self.coordinator = Coordinator(self)
-        # The model's callbacks (callbacks.py) and what they decided.
-        self.decisions = CallbackDecisions(
-            self,
-            callbacks_for(
-                files.bundle,
-                load_contract,
-                lambda hook, args, logs: journal.append(
-                    EventKind.CALLBACK, hook=hook, args=args, logs=logs
-                ),
-            ),
-        )
+        self.decisions = CallbackDecisions(self, files.bundle, load_contract)
         self.evaluations = Evaluations(self, load_contract)
         self.evaluations.on_published = self.decisions.evaluated
         self.strategy = strategy_for(self)
-        self.instances = InstanceManager(
+        self.instances = self._instance_manager(launcher_for)
+
+    def _instance_manager(self, launcher_for: LauncherFor) -> InstanceManager:
+        """The job's instances under the elastic policy, guarded by the job's lock; a
+        lost worker, a lost PS and a spent relaunch budget are called back here and to
+        the strategy."""
+        spec = self.spec
+        return InstanceManager(
             launcher_for,
-            journal,
+            self.journal,
             workers=spec.workers,
             ps=spec.parameter_servers,
             max_worker_relaunches=spec.max_worker_relaunches,
@@ -126,7 +122,7 @@ class JobMaster:
             on_job_failed=self.fail,
             lock=self.lock,
             pending_timeout=spec.pending_timeout,
-            log_tail=JobDir(job_dir).log_tail,
+            log_tail=JobDir(self.job_dir).log_tail,
         )
 
     @property
