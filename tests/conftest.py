@@ -45,11 +45,29 @@ def job_home(tmp_path, monkeypatch):
     from elasticdl_nb.backends import job_records
     from elasticdl_nb.backends.local import submit
 
+    strays = []
     for record in job_records.all_jobs():
         leftovers = job_processes(home)
         if leftovers:
             _report_stuck_job(record, leftovers)
         submit.kill_job(record, grace_seconds=2)
+        strays += _payload_problems(record.files.events)
+    # Every event a real job journaled has its kind's typed payload (vocabulary.events):
+    # a writer that adds, drops or retypes a field fails the test that ran it.
+    assert not strays, "journal events that stray from their payload types:\n" + "\n".join(
+        strays[:20]
+    )
+
+
+def _payload_problems(journal: Path) -> list[str]:
+    from elasticdl_nb.runtime.master.journal import read_journal_file
+    from elasticdl_nb.vocabulary import payload_problems
+
+    return [
+        f"{journal.parent.name} event {event.seq}: {problem}"
+        for event in read_journal_file(journal)
+        for problem in payload_problems(event.kind, event.data)
+    ]
 
 
 def _report_stuck_job(record, processes: list[str]) -> None:

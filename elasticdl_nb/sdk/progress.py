@@ -18,10 +18,9 @@ import sys
 import time
 from typing import TextIO
 
-from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.sdk.view import JobView
 from elasticdl_nb.sdk.view.text import format_progress, job_figures
-from elasticdl_nb.vocabulary import EventKind
+from elasticdl_nb.vocabulary import Event, EventKind
 
 
 class ProgressPrinter:

@@ -5,19 +5,20 @@ import threading
 import time
 
 from elasticdl_nb.runtime.master.journal import MORE, Journal, read_journal_file
+from elasticdl_nb.vocabulary import EventKind
 
 
 def test_events_are_numbered_and_resume_from_a_sequence_number(tmp_path):
     journal = Journal(tmp_path / "events.jsonl")
     for i in range(5):
-        journal.append("tick", i=i)
+        journal.append(EventKind.PROGRESS, step=i)
     assert [e.seq for e in journal.read(0, follow=False)] == [0, 1, 2, 3, 4]
-    assert [e.data["i"] for e in journal.read(3, follow=False)] == [3, 4]
+    assert [e.data["step"] for e in journal.read(3, follow=False)] == [3, 4]
 
 
 def test_an_event_may_carry_a_field_called_kind(tmp_path):
     journal = Journal()
-    event = journal.append("instance", kind="killed", role="worker")
+    event = journal.append(EventKind.INSTANCE, kind="killed", role="worker")
     assert event.kind == "instance" and event.data["kind"] == "killed"
 
 
@@ -27,7 +28,7 @@ def test_a_follower_sees_new_events_and_stops_when_the_journal_closes():
     reader = threading.Thread(target=lambda: seen.extend(e.seq for e in journal.read(0)))
     reader.start()
     for i in range(3):
-        journal.append("tick", i=i)
+        journal.append(EventKind.PROGRESS, step=i)
     journal.close()
     reader.join(timeout=5)
     assert not reader.is_alive() and seen == [0, 1, 2]
@@ -35,7 +36,7 @@ def test_a_follower_sees_new_events_and_stops_when_the_journal_closes():
 
 def test_a_cancelled_follower_returns_without_new_events():
     journal = Journal()
-    journal.append("tick")
+    journal.append(EventKind.PROGRESS)
     assert [e.seq for e in journal.read(0, is_cancelled=lambda: True, poll=0.01)] == [0]
 
 
@@ -43,37 +44,38 @@ def test_the_file_replays_the_journal_and_skips_a_torn_last_line(tmp_path):
     path = tmp_path / "events.jsonl"
     journal = Journal(path)
     for i in range(3):
-        journal.append("tick", i=i)
+        journal.append(EventKind.PROGRESS, step=i)
     journal.close()
     with open(path, "a") as f:
         f.write('{"seq": 3, "ti')  # a master killed mid-write
-    assert [e.data["i"] for e in read_journal_file(path, from_seq=1)] == [1, 2]
+    assert [e.data["step"] for e in read_journal_file(path, from_seq=1)] == [1, 2]
 
 
 def test_an_event_after_the_journal_closed_is_still_written_to_the_file(tmp_path):
     path = tmp_path / "events.jsonl"
     journal = Journal(path)
-    journal.append("tick", i=0)
+    journal.append(EventKind.PROGRESS, step=0)
     journal.close()
-    journal.append("tick", i=1)  # (a late instance event: the master's end got out of order)
-    assert [e.data["i"] for e in read_journal_file(path)] == [0, 1]
+    # (a late instance event: the master's end got out of order)
+    journal.append(EventKind.PROGRESS, step=1)
+    assert [e.data["step"] for e in read_journal_file(path)] == [0, 1]
 
 
 def test_a_transaction_reaches_the_file_and_its_followers_in_one_piece(tmp_path):
     path = tmp_path / "events.jsonl"
     journal = Journal(path)
-    journal.append("tick", i=0)
+    journal.append(EventKind.PROGRESS, step=0)
     seen: list[int] = []
     follower = threading.Thread(target=lambda: seen.extend(e.seq for e in journal.read(0)))
     follower.start()
     with journal.transaction():
-        journal.append("report", i=1)
+        journal.append(EventKind.QUEUE, op="report", i=1)
         with journal.transaction():  # nested: part of the outer one
-            journal.append("finish", i=2)
+            journal.append(EventKind.QUEUE, op="finish", i=2)
         time.sleep(0.2)  # the follower waits meanwhile
         assert len(path.read_text().splitlines()) == 1
         assert seen in ([], [0])
-    journal.append("tick", i=3)
+    journal.append(EventKind.PROGRESS, step=3)
     journal.close()
     follower.join(5)
     assert seen == [0, 1, 2, 3]
@@ -85,16 +87,16 @@ def test_a_transaction_cut_short_by_the_masters_death_is_cut_off_as_a_whole(tmp_
     path = tmp_path / "events.jsonl"
     journal = Journal(path)
     with journal.transaction():
-        journal.append("report", i=0)
-        journal.append("finish", i=1)
+        journal.append(EventKind.QUEUE, op="report", i=0)
+        journal.append(EventKind.PROGRESS, step=1)
     journal.close()
     with open(path, "a") as f:  # the next one's first two lines made it, the third not
-        f.write('{"seq":2,"time":1,"kind":"report","data":{},"more":true}\n')
+        f.write('{"seq":2,"time":1,"kind":"queue","data":{"op":"report"},"more":true}\n')
         f.write('{"seq":3,"time":1,"kind":"loss","data":{},"more":true}\n')
         f.write('{"seq":4,"time":1,"ki')
     successor = Journal(path)
-    assert [e.kind for e in successor.continued] == ["report", "finish"]
-    successor.append("master_restarted")
+    assert [e.kind for e in successor.continued] == ["queue", "progress"]
+    successor.append(EventKind.MASTER_RESTARTED, incarnation=1)
     successor.close()
     assert [e.seq for e in read_journal_file(path)] == [0, 1, 2]
     assert json.loads(path.read_text().splitlines()[-1])["kind"] == "master_restarted"

@@ -179,12 +179,12 @@ def test_a_journal_continued_by_a_new_master_has_no_gap_and_no_torn_line(tmp_pat
     path = tmp_path / "events.jsonl"
     first = Journal(path)
     for i in range(3):
-        first.append("tick", i=i)
+        first.append(EventKind.PROGRESS, step=i)
     with open(path, "a") as f:
         f.write('{"seq":3,"ti')  # the first master was killed mid-write
     second = Journal(path)
     assert [e.seq for e in second.continued] == [0, 1, 2]
-    assert second.append("tick", i=3).seq == 3
+    assert second.append(EventKind.PROGRESS, step=3).seq == 3
     second.close()
     assert [e.seq for e in Journal(path).continued] == [0, 1, 2, 3]
 

@@ -17,34 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticdl_nb.vocabulary.events import MORE, Event, EventKind
+
 log = logging.getLogger("elasticdl_nb.master")
-
-MORE = "more"  # on a line of the file: the transaction it belongs to goes on after it
-
-
-@dataclass(frozen=True)
-class Event:
-    seq: int
-    time: float
-    kind: str
-    data: dict[str, Any]
-
-    def to_json(self, more: bool = False) -> str:
-        """The event as a line of the file; `more`: a transaction's line that is not its
-        last (`Journal.transaction`)."""
-        raw = {"seq": self.seq, "time": self.time, "kind": self.kind, "data": self.data}
-        if more:
-            raw[MORE] = True
-        return json.dumps(raw, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, line: str) -> Event:
-        raw = json.loads(line)
-        return cls(raw["seq"], raw["time"], raw["kind"], raw["data"])
 
 
 class Journal:
@@ -77,8 +55,9 @@ class Journal:
         """The events an earlier master of this job wrote (empty for a new job)."""
         return self._events[: self._inherited]
 
-    def append(self, kind: str, /, **data: Any) -> Event:
-        """Add an event of `kind` (a `vocabulary.EventKind`) with `data` (JSON-able)."""
+    def append(self, kind: EventKind, /, **data: Any) -> Event:
+        """Add an event of `kind` with `data` (JSON-able: the fields of the kind's payload,
+        `vocabulary.events`)."""
         with self._changed:
             event = Event(len(self._events), time.time(), kind, data)
             self._events.append(event)

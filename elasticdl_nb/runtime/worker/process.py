@@ -13,7 +13,6 @@ relaunches. Calls to the master ride out a master that is briefly unreachable
 from __future__ import annotations
 
 import argparse
-
 import logging
 import os
 import signal

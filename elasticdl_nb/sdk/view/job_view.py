@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from elasticdl_nb.runtime.job_dir import JobDir
-from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.sdk.view.series import Series
 from elasticdl_nb.sdk.view.text import INSTANCE_LOST, describe
 from elasticdl_nb.sdk.view.timeline import Timeline
@@ -32,6 +31,7 @@ from elasticdl_nb.spec.errors import SpecError
 from elasticdl_nb.vocabulary import (
     FINAL_STATES,
     INSTANCE_ENDED,
+    Event,
     EventKind,
     GroupChange,
     InstanceState,
@@ -226,8 +226,6 @@ class JobView:
         if self.state in FINAL_STATES:
             self.ended_at = event.time
             self.evaluating = None
-        elif self.state == JobState.RUNNING:
-            self.add_log(event.seq, event.time, "job started")
 
     def _on_progress(self, event: Event) -> None:
         self._take_progress(event)

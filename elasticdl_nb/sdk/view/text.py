@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.vocabulary import (
     INSTANCE_ENDED,
+    Event,
     EventKind,
     GroupChange,
     InstanceState,
@@ -149,7 +149,9 @@ def describe(event: Event) -> str | None:
             f"{_milliseconds(d['rebuild_s'])}, {d['down_s']:.1f} s after the last one's last "
             f"event; {d['adopted']} instances went on in their processes"
         )
-    if event.kind == EventKind.JOB_STATE and d["state"] != JobState.RUNNING:
+    if event.kind == EventKind.JOB_STATE:
+        if d["state"] == JobState.RUNNING:
+            return "job started"
         reason = f": {d['reason']}" if d.get("reason") else ""
         return f"job {d['state']}{reason}"
     return None

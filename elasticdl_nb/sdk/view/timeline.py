@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.sdk.view.series import Series
 from elasticdl_nb.sdk.view.text import INSTANCE_LOST, times_median
-from elasticdl_nb.vocabulary import EventKind, Role
+from elasticdl_nb.vocabulary import Event, EventKind, Role
 
 # The kinds of mark, in the legend's order.
 WORKER_LOST = "worker lost"

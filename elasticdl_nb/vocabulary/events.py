@@ -1,0 +1,513 @@
+"""The journal's events: their kinds (`EventKind`), what each kind's data holds (one
+`TypedDict` per kind, its docstring saying what the event means) and the `Event` itself.
+
+A writer passes a kind and its fields (`journal.append(EventKind.SCALE, workers_from=2,
+workers_to=3, reason="requested")`); a reader that wants the fields typed takes
+`payload(event, ScaleData)`. docs/events.md's table is `event_table()` (a test fails when
+the two differ), and `payload_problems` says where an event's data strays from its type:
+the tests run it over every journal a real job writes.
+"""
+
+# (No `from __future__ import annotations`: TypedDict sees `Required[...]` only in
+# annotations it can evaluate when the class is made.)
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Required, TypedDict, TypeVar, get_type_hints
+
+# -------------------------------------------------------------------- the payloads
+
+
+class ProgressData(TypedDict, total=False):
+    """After each training task: where training is (`epoch` counts from 0), its rate,
+    and the goodput (training over wanted worker time, None before the first
+    minibatch; `training_s` and `recovering_s` in worker-seconds)."""
+
+    epoch: int
+    epochs: int
+    step: int
+    records_done: int
+    records_per_epoch: int
+    records_per_second: float
+    goodput: float | None
+    training_s: float
+    recovering_s: float
+
+
+class JobStateData(ProgressData, total=False):
+    """The job's state changed (running, succeeded, failed, stopped), and why; with the
+    progress fields. `recorded_by` is `supervisor` when a local job's master could not
+    record its end."""
+
+    state: Required[str]
+    reason: str
+    recorded_by: str
+
+
+class LossData(TypedDict, total=False):
+    """Loss points of one worker: `points` `[[n, loss], ...]` (n counts every reported
+    minibatch, redone ones too); `learning_rates` `[[n, rate], ...]`, the optimizer's
+    learning rate at the update that took the minibatch (PS: the newest update when its
+    push was taken; allreduce: the step's)."""
+
+    worker: Required[int]
+    points: Required[list]
+    learning_rates: list
+
+
+class WorkerTimeData(TypedDict, total=False):
+    """Where a worker's time on one training task went: `compute_s` in the train step,
+    `wait_s` blocked on PS replies or in the allreduce; `stale` (with `grads_to_wait`):
+    minibatches a PS refused as computed on an older version, computed again."""
+
+    worker: Required[int]
+    task: int
+    minibatches: int
+    task_s: float
+    compute_s: float
+    wait_s: float
+    stale: int
+
+
+class StragglerData(TypedDict, total=False):
+    """A worker's step time (`step_s`, seconds per minibatch) stayed above twice the
+    other workers' median (`median_s`) for `lagging_s` seconds."""
+
+    worker: Required[int]
+    step_s: float
+    median_s: float
+    ratio: float | None
+    lagging_s: float
+
+
+class StragglerClearedData(TypedDict, total=False):
+    """A straggler is no longer one: it caught up (with its figures then), or ended."""
+
+    worker: Required[int]
+    reason: Required[str]
+    step_s: float
+    median_s: float
+    ratio: float | None
+
+
+class PhaseData(TypedDict):
+    """The master's phase changed (training, evaluating, exporting, finishing, done)."""
+
+    phase: str
+    previous: str
+
+
+class EpochData(TypedDict):
+    """An epoch of `tasks` training tasks began."""
+
+    epoch: int
+    tasks: int
+
+
+class EvaluationStartedData(TypedDict, total=False):
+    """An evaluation round began; `epoch`: the epoch whose end it judges (the callbacks'
+    `on_epoch_end` waits for it)."""
+
+    round: Required[int]
+    step: Required[int]
+    tasks: int
+    final: bool
+    epoch: int | None
+
+
+class EvaluationData(TypedDict, total=False):
+    """An evaluation round's result: `metrics`, name -> value."""
+
+    round: Required[int]
+    step: Required[int]
+    metrics: Required[dict]
+    final: bool
+
+
+class InstanceData(TypedDict, total=False):
+    """What happened to a worker or PS (`kind`: an `InstanceState`), with what is known:
+    its pid, exit code, signal and reason, and whether the master expected it (a
+    retired worker). A PS that is up again says the version it restored, its address and
+    incarnation."""
+
+    role: Required[str]
+    id: Required[int]
+    kind: Required[str]
+    pid: int | None
+    exit_code: int | None
+    signal: str | None
+    reason: str
+    expected: bool
+    restored_version: int
+    address: str
+    incarnation: int
+
+
+class PendingTooLongData(TypedDict):
+    """An instance waited longer than `pending_timeout` to start (a PS: the job fails; a
+    worker: it is given up)."""
+
+    role: str
+    id: int
+    seconds: float
+    reason: str
+
+
+class MemoryRaisedData(TypedDict):
+    """After an OOM kill the role's next instances get more memory (`memory`: 'OLD ->
+    NEW')."""
+
+    role: str
+    id: int
+    memory: str
+
+
+class ScaleData(TypedDict):
+    """The desired number of workers changed."""
+
+    workers_from: int
+    workers_to: int
+    reason: str
+
+
+class RelaunchData(TypedDict, total=False):
+    """An instance is relaunched (a worker under a new id, a PS under its own), with the
+    crash budget spent so far."""
+
+    role: Required[str]
+    id: Required[int]
+    replaces: Required[int]
+    reason: str
+    worker_crashes: int
+    ps_crashes: int
+
+
+class RelaunchRefusedData(TypedDict, total=False):
+    """An instance is not relaunched: the crash budget is spent."""
+
+    role: Required[str]
+    id: Required[int]
+    reason: str
+    worker_crashes: int
+    ps_crashes: int
+
+
+class RequeueData(TypedDict, total=False):
+    """Minibatches of an epoch go back to the queue: a worker's unfinished task
+    (`worker`, `task`, `kind`), or a source's batches not applied on every PS (`source`,
+    `reason`)."""
+
+    epoch: int
+    batches: int
+    worker: int
+    task: int
+    kind: str
+    source: int
+    reason: str
+
+
+class PsRestoredData(TypedDict):
+    """A relaunched PS restored a checkpoint; the updates after it were rolled back and
+    are redone."""
+
+    ps: int
+    restored_version: int
+    newest_seen_version: int
+    updates_rolled_back: int
+
+
+class ExportData(TypedDict, total=False):
+    """The trained model was written: `path` ("" with export_format saved_model);
+    `saved_model`: the SavedModel's folder (export_format saved_model or both); `tables`:
+    true when the embedding tables were too large for a Keras file and `path` holds
+    their (id, vector) files."""
+
+    path: Required[str]
+    worker: int
+    saved_model: str
+    tables: bool
+
+
+class CheckpointData(TypedDict, total=False):
+    """The PS checkpointed these versions (`final`: the job's last)."""
+
+    versions: Required[list]
+    final: bool
+
+
+class LearningRateData(TypedDict, total=False):
+    """A callback set the learning rate of every update from now on (PS: of the pushes of
+    tasks handed out from now on; allreduce: from the first step a member holds it);
+    `set` counts the settings, `by` names the callback."""
+
+    rate: Required[float]
+    set: int
+    by: str
+    epoch: int | None
+    step: int
+
+
+class CallbackData(TypedDict):
+    """The master called the model's callbacks (all but `on_train_batch_end`); a master
+    that takes the job over calls them again to rebuild their state."""
+
+    hook: str
+    args: Any
+    logs: Any
+
+
+class TrainingStoppedData(TypedDict, total=False):
+    """A callback stopped training (`reason`: which, when); `dropped` training tasks were
+    not started. The job evaluates, exports and succeeds."""
+
+    reason: Required[str]
+    epoch: int
+    step: int
+    dropped: int
+
+
+class TablesData(TypedDict):
+    """The PS embedding tables changed (polled every few seconds and before the job
+    ends): per table the sums over the PS of `rows` held, `bytes`, rows `created` and
+    `evicted`, gradients `refused` by admission; `ps_rows`: rows held per PS."""
+
+    tables: dict
+    ps_rows: Any
+
+
+class GroupData(TypedDict, total=False):
+    """(allreduce) A new group version: its `members`, their `addresses`, who `joined`
+    and `left`, and why (`reason`, a `GroupChange`). After a failure the `step`, how long
+    the survivors took to agree (`agreed_s`), the `causes` and the decision (`failed`,
+    `source`, `behind`, `joiners`); when every member was lost (`restored`) and when the
+    next group forms, `restore` (the replicas' checkpoint) and `step`."""
+
+    version: Required[int]
+    members: Required[list]
+    addresses: list
+    joined: list
+    left: list
+    reason: Required[str]
+    step: int
+    agreed_s: float
+    causes: dict
+    failed: int
+    source: Any
+    behind: list
+    joiners: list
+    restore: str
+
+
+class MasterRestartedData(TypedDict, total=False):
+    """A new master took the job over from one that died: it read back `replayed`
+    events in `rebuild_s`, `down_s` after the last event of the one that died; `adopted`
+    instances went on in their processes."""
+
+    incarnation: Required[int]
+    pid: int
+    replayed: int
+    rebuild_s: float
+    down_s: float
+    adopted: int
+
+
+class QueueData(TypedDict, total=False):
+    """A change to the task queue (`op`: add_epoch, next_for, report, finish,
+    release_worker, requeue_batches, settle, add_evaluation, add_export) with its
+    arguments, the `task` handed out and the request (`worker`, `seq`): the master's
+    record of its tasks, which a new master replays. Each op has arguments of its own,
+    so the fields beyond these are open."""
+
+    op: Required[str]
+    task: Any
+    worker: int
+    seq: int
+
+
+class EvaluationTaskData(TypedDict):
+    """One evaluation task's metric states (name -> its variables as lists), summed into
+    its round."""
+
+    round: int
+    worker: int
+    states: dict
+
+
+class GroupSettledData(TypedDict, total=False):
+    """(allreduce) The group stepped again `seconds` after a change (`cause`)."""
+
+    version: Required[int]
+    step: int
+    seconds: float
+    cause: str
+    completed_at: float
+    worker: int
+
+
+# -------------------------------------------------------------------- the kinds
+
+
+class EventKind(StrEnum):
+    """The kinds of event in a job's journal, each with its payload type (`payload`);
+    docs/events.md's table is these, in this order."""
+
+    payload: type
+
+    def __new__(cls, value: str, payload: type) -> "EventKind":
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.payload = payload
+        return member
+
+    JOB_STATE = "job_state", JobStateData
+    PROGRESS = "progress", ProgressData
+    LOSS = "loss", LossData
+    WORKER_TIME = "worker_time", WorkerTimeData
+    STRAGGLER = "straggler", StragglerData
+    STRAGGLER_CLEARED = "straggler_cleared", StragglerClearedData
+    PHASE = "phase", PhaseData
+    EPOCH = "epoch", EpochData
+    EVALUATION_STARTED = "evaluation_started", EvaluationStartedData
+    EVALUATION = "evaluation", EvaluationData
+    INSTANCE = "instance", InstanceData
+    PENDING_TOO_LONG = "pending_too_long", PendingTooLongData
+    MEMORY_RAISED = "memory_raised", MemoryRaisedData
+    SCALE = "scale", ScaleData
+    RELAUNCH = "relaunch", RelaunchData
+    RELAUNCH_REFUSED = "relaunch_refused", RelaunchRefusedData
+    REQUEUE = "requeue", RequeueData
+    PS_RESTORED = "ps_restored", PsRestoredData
+    EXPORT = "export", ExportData
+    CHECKPOINT = "checkpoint", CheckpointData
+    LEARNING_RATE = "learning_rate", LearningRateData
+    CALLBACK = "callback", CallbackData
+    TRAINING_STOPPED = "training_stopped", TrainingStoppedData
+    TABLES = "tables", TablesData
+    GROUP = "group", GroupData
+    MASTER_RESTARTED = "master_restarted", MasterRestartedData
+    QUEUE = "queue", QueueData
+    EVALUATION_TASK = "evaluation_task", EvaluationTaskData
+    GROUP_SETTLED = "group_settled", GroupSettledData
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Each field of this kind's data and its type."""
+        return get_type_hints(self.payload)
+
+    @property
+    def required(self) -> frozenset[str]:
+        return self.payload.__required_keys__
+
+    @property
+    def meaning(self) -> str:
+        """What an event of this kind says (its payload's docstring, on one line)."""
+        return " ".join((self.payload.__doc__ or "").split())
+
+
+# The kinds whose data may hold fields beyond their payload's (each queue op its own).
+OPEN_KINDS = frozenset({EventKind.QUEUE})
+
+
+# -------------------------------------------------------------------- the event
+
+
+@dataclass(frozen=True)
+class Event:
+    """One fact of the journal: its number (from 0), when (Unix seconds), its kind and
+    its data (the kind's payload)."""
+
+    seq: int
+    time: float
+    kind: EventKind
+    data: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, EventKind):  # a plain string off the wire or a file
+            object.__setattr__(self, "kind", EventKind(self.kind))
+
+    def to_json(self, more: bool = False) -> str:
+        """The event as a line of the journal file; `more`: a transaction's line that is
+        not its last."""
+        raw: dict[str, Any] = {"seq": self.seq, "time": self.time, "kind": self.kind}
+        raw["data"] = self.data
+        if more:
+            raw[MORE] = True
+        return json.dumps(raw, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> "Event":
+        raw = json.loads(line)
+        return cls(raw["seq"], raw["time"], raw["kind"], raw["data"])
+
+
+MORE = "more"  # on a line of the file: the transaction it belongs to goes on after it
+
+P = TypeVar("P")
+
+
+def payload(event: Event, kind_of_data: type[P]) -> P:
+    """The event's data as its payload type, for a reader that wants its fields typed:
+    `payload(event, ScaleData)["workers_to"]`."""
+    if event.kind.payload is not kind_of_data:
+        raise TypeError(f"a {event.kind} event's data is {event.kind.payload.__name__}")
+    return event.data  # type: ignore[return-value]
+
+
+# -------------------------------------------------------------------- checks and docs
+
+_PLAIN = {int: (int,), float: (int, float), str: (str,), bool: (bool,), list: (list,)}
+
+
+def payload_problems(kind: "EventKind | str", data: dict[str, Any]) -> list[str]:
+    """Where `data` strays from `kind`'s payload: a required field missing, a field the
+    payload does not name, a value of another type ([] when it conforms)."""
+    kind = EventKind(kind)
+    fields = kind.fields
+    problems = [f"{kind}: no {name!r}" for name in sorted(kind.required - set(data))]
+    for name, value in data.items():
+        if name not in fields:
+            if kind not in OPEN_KINDS:
+                problems.append(f"{kind}: {name!r} is not a field of {kind.payload.__name__}")
+            continue
+        if not _conforms(value, fields[name]):
+            problems.append(f"{kind}: {name!r} = {value!r} is not {fields[name]}")
+    return problems
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    options = getattr(hint, "__args__", None) if type(hint).__name__ == "UnionType" else None
+    if options is not None:
+        return any(_conforms(value, option) for option in options)
+    if hint is type(None):
+        return value is None
+    if hint in _PLAIN:
+        # (a bool is an int to isinstance, never to a reader)
+        return isinstance(value, _PLAIN[hint]) and (hint is bool or not isinstance(value, bool))
+    if hint is dict:
+        return isinstance(value, dict)
+    return True  # Any
+
+
+def _type_name(hint: Any) -> str:
+    """`int`, `float or None`, `any` ("|" would end a cell of a Markdown table)."""
+    if type(hint).__name__ == "UnionType":
+        return " or ".join(_type_name(option) for option in hint.__args__)
+    if hint is type(None):
+        return "None"
+    return getattr(hint, "__name__", "any").replace("Any", "any")
+
+
+def event_table() -> str:
+    """docs/events.md's table of event kinds, in Markdown: each kind, its fields with
+    their types (the ones always there in bold) and what it means."""
+    rows = ["| kind | data | meaning |", "|---|---|---|"]
+    for kind in EventKind:
+        always = [name for name in kind.fields if name in kind.required]
+        named = [f"**`{name}`**" for name in always]
+        named += [f"`{name}`" for name in kind.fields if name not in kind.required]
+        fields = ", ".join(
+            f"{name} {_type_name(hint)}"
+            for name, hint in zip(named, [kind.fields[n.strip("*`")] for n in named])
+        )
+        rows.append(f"| `{kind}` | {fields} | {kind.meaning} |")
+    return "\n".join(rows)
