@@ -136,9 +136,10 @@ class Dashboard:
         )
         self.scale_button.on_click(self._on_scale)
         self.stop_button.on_click(self._on_stop)
-        # One figure, two charts: the curves over steps (top; evaluation metrics on the
-        # right axis) and the workers over time with their marks (bottom): one message
-        # updates both.
+        # One figure, two charts: the curves over steps (top: losses, the evaluation's
+        # too, on the left axis; the other evaluation metrics on their own right axis,
+        # shown once there is one) and the workers over time with their marks (bottom):
+        # one message updates both.
         self.figure = LiveFigure(
             data=[
                 go.Scatter(x=[], y=[], mode="lines", name=TRAINING_LOSS),
@@ -158,12 +159,15 @@ class Dashboard:
                 height=470,
                 margin={"l": 55, "r": 55, "t": 30, "b": 70},
                 xaxis={"title": {"text": "step"}, "anchor": "y"},
-                yaxis={"title": {"text": "training loss"}, "domain": [0.45, 1]},
+                yaxis={"title": {"text": "loss"}, "domain": [0.45, 1]},
                 yaxis2={
-                    "title": {"text": "evaluation"},
+                    "title": {"text": "evaluation metrics"},
                     "overlaying": "y",
                     "side": "right",
                     "showgrid": False,
+                    "tickformat": ".3~g",
+                    "nticks": 6,
+                    "visible": False,
                 },
                 xaxis2={"title": {"text": "seconds since the start"}, "anchor": "y3",
                         "rangemode": "tozero"},
@@ -288,14 +292,23 @@ class Dashboard:
                 sent += self._draw(curves, timeline)
             if self._stop_armed_at is not None and now - self._stop_armed_at > CONFIRM_SECONDS:
                 sent += self._disarm_stop()
-            if final and ended:  # a stream that broke off early leaves the controls usable
-                for w in (self.workers_input, self.scale_button, self.stop_button):
-                    sent += self._set(w, disabled=True)
+            if ended:  # (a stream that broke off early leaves the controls usable)
+                sent += self._disable_controls()
             if final and self.error:
                 sent += self._set(self.notice, value=colored(self.error, ERROR_COLOR))
             if sent:
                 self.renders += 1
         return sent
+
+    def _disable_controls(self) -> int:
+        """A job that has ended can be neither scaled nor stopped: its controls are greyed
+        out, the Stop button without its warning colour."""
+        sent = self._set(self.workers_input, disabled=True)
+        sent += self._set(self.scale_button, disabled=True)
+        self._stop_armed_at = None
+        return sent + self._set(
+            self.stop_button, disabled=True, description="Stop", button_style=""
+        )
 
     def _set(self, widget: W.Widget, **traits: Any) -> int:
         """Set the traits that differ, as one message; returns 1 if one was sent."""
@@ -313,7 +326,7 @@ class Dashboard:
         curves: dict[str, tuple[list[float], list[float]]],
         timeline: list[dict[str, list]] | None = None,
     ) -> int:
-        """Update the curves (new evaluation metrics get a trace on the right axis) and
+        """Update the curves (a new evaluation metric gets a trace: `metric_axis`) and
         the workers over time (`Timeline.traces`, for the traces after the loss)."""
         fig, sent = self.figure, 0
         new = [name for name in curves if name not in self._traces]
@@ -321,17 +334,22 @@ class Dashboard:
             fig.add_traces(
                 [
                     go.Scatter(
-                        x=curves[n][0], y=curves[n][1], name=n, mode="lines+markers", yaxis="y2"
+                        x=curves[n][0], y=curves[n][1], name=n, mode="lines+markers",
+                        yaxis=metric_axis(n),
                     )
                     for n in new
                 ]
-            )
+            )  # fmt: skip
             for n in new:
                 self._traces[n] = len(fig.data) - len(new) + new.index(n)
             sent += 1
+        # (once: the right axis shows with the first metric of its own)
+        show_axis = not fig.layout.yaxis2.visible and any(metric_axis(n) == "y2" for n in new)
         old = {n: xy for n, xy in curves.items() if n not in new}
-        if old or timeline:
+        if old or timeline or show_axis:
             with fig.batch_update():
+                if show_axis:
+                    fig.layout.yaxis2.visible = True
                 for name, (xs, ys) in old.items():
                     trace = fig.data[self._traces[name]]
                     trace.x, trace.y = xs, ys
@@ -396,6 +414,13 @@ class Dashboard:
 
         self._action = threading.Thread(target=run, name="edl-dashboard-control", daemon=True)
         self._action.start()
+
+
+def metric_axis(curve: str) -> str:
+    """The axis of a curve: losses (the training loss, an evaluation's loss) share the
+    left one, where they can be compared; any other metric (accuracy, AUC: another scale)
+    goes on the right."""
+    return "y" if curve == TRAINING_LOSS or curve.endswith("loss") else "y2"
 
 
 def _execution_count() -> int | None:

@@ -140,7 +140,11 @@ def test_the_widgets_end_with_the_final_state(tmp_path, sent):
         "eval accuracy",
         "eval loss",
     )
-    assert accuracy.yaxis == eval_loss.yaxis == "y2"
+    # losses share the left axis; accuracy (another scale) has the right one to itself,
+    # shown once it has a curve, with short tick labels
+    assert loss.yaxis in (None, "y") and eval_loss.yaxis == "y" and accuracy.yaxis == "y2"
+    axis = dash.figure.layout.yaxis2
+    assert axis.visible and axis.tickformat == ".3~g" and axis.title.text == "evaluation metrics"
     assert 256 < len(loss.x) <= 2 * 256 and loss.x[-1] == 2000 and loss.y[-1] == 1 / 2000
     assert list(accuracy.x) == [1000, 2000] and list(accuracy.y) == [0.5, 0.75]
     assert list(eval_loss.x) == [1000, 2000] and list(eval_loss.y) == [2.0, 1.0]
@@ -148,12 +152,35 @@ def test_the_widgets_end_with_the_final_state(tmp_path, sent):
     # what the front end got for the figure: one message per update (and three that
     # plotly sends when the figure is built)
     assert updates_to(sent, dash.figure) == dash.figure_updates + 3
-    assert dash.figure_updates == 2  # the accuracy trace added, loss and accuracy updated
+    # the evaluation traces added; loss and evaluations updated, the right axis shown
+    assert dash.figure_updates == 2
     # where its TensorBoard log is, and the lines that show it in a notebook
     logdir = job.dir / "tensorboard"
     assert f"TensorBoard log: <code {CODE}>{logdir}</code>" in dash.tensorboard.value
     assert f"%tensorboard --logdir {logdir}</code>" in dash.tensorboard.value
     assert "%load_ext tensorboard" in dash.tensorboard.value
+
+
+def test_a_job_that_ended_has_its_controls_disabled_while_its_stream_is_still_open(tmp_path, sent):
+    # The journal's stream stays open a moment after the job's end (the master finishing
+    # up): the controls must not look usable meanwhile.
+    stream_open = threading.Event()
+
+    class OpenEndedJob(FakeJob):
+        def events(self, from_seq=0, follow=True, timeout=None):
+            yield from super().events(from_seq, follow, timeout)
+            stream_open.set()
+            time.sleep(30)  # (a daemon thread: the test does not wait for it)
+
+    job = OpenEndedJob(tmp_path, "ended", training_events(100))
+    dash = Dashboard(job, interval=60)  # (no render of its own: the test renders)
+    assert stream_open.wait(10)
+    assert not dash.stop_button.disabled, "a control was disabled before any render"
+    dash.render()
+    assert dash.view.ended
+    assert dash.workers_input.disabled and dash.scale_button.disabled
+    assert dash.stop_button.disabled and dash.stop_button.button_style == ""
+    dash._closed = True
 
 
 def test_a_job_that_writes_no_tensorboard_log_shows_no_link_to_one(tmp_path, sent):
@@ -294,7 +321,8 @@ def test_show_prints_text_where_no_widgets_can_be_drawn(tmp_path):
             break
         time.sleep(0.05)
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("[txt] epoch 1/2 | 100/100 records (100%)")
+    assert lines[0] == "[txt] job started"
+    assert lines[1].startswith("[txt] epoch 1/2 | 100/100 records (100%)")
     assert lines[-1] == "[txt] job failed: all epochs done"
 
 
