@@ -32,6 +32,7 @@ from elasticdl_nb.errors import ElasticDLError
 from elasticdl_nb.magics import config as defaults
 from elasticdl_nb.magics.train import model_entries, resolve_data
 from elasticdl_nb.sdk import JobFailed, train
+from elasticdl_nb.sdk.view.text import format_progress
 
 
 class _UsageShown(Exception):
@@ -94,6 +95,18 @@ def _event_lines(events: list) -> None:
         print(f"{event.seq:>6} {event.kind:<20} {event.data}")
 
 
+def _status(status: dict) -> dict:
+    """The status in a line a person reads first (its epochs counted from 1, as the
+    progress line counts them: a finished 3-epoch job is at epoch 3/3), then the dict."""
+    line = [f"{status.get('name', 'job')}: {status.get('state', '?')}"]
+    if status.get("phase"):
+        line.append(f"phase {status['phase']}")
+    if status.get("epochs"):
+        line.append(format_progress(status))
+    print(" | ".join(line))
+    return status
+
+
 def _stopped(status: dict | None) -> dict | None:
     if status is None:  # the user answered no
         print("not stopped")
@@ -102,7 +115,7 @@ def _stopped(status: dict | None) -> dict | None:
 
 SHOW: dict[str, Callable[[Any], Any]] = {
     "list": _job_lines,
-    "status": _returned,
+    "status": _status,
     "events": _event_lines,
     "wait": _returned,
     "scale": _returned,

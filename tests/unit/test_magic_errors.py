@@ -127,3 +127,25 @@ def test_an_errors_options_read_as_flags_in_a_command_line(sdk, flags):
         assert in_flags(sdk) == sdk
     else:
         assert in_flags(sdk) == flags
+
+
+def test_status_says_a_finished_job_s_last_epoch_and_final_phase(capsys):
+    from elasticdl_nb.magics.elasticdl_magic import SHOW
+
+    # what a 3-epoch job's master says once it succeeded (epoch counted from 0)
+    status = {
+        "name": "digits",
+        "state": "succeeded",
+        "phase": "done",
+        "epoch": 2,
+        "epochs": 3,
+        "step": 132,
+        "records_done": 1400,
+        "records_per_epoch": 1400,
+        "records_per_second": 0.0,
+    }
+    assert SHOW["status"](status) is status  # the dict is still the cell's value
+    assert capsys.readouterr().out == (
+        "digits: succeeded | phase done | epoch 3/3 | 1400/1400 records (100%) | step 132 | "
+        "0 rec/s\n"
+    )
