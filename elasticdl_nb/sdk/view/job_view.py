@@ -40,6 +40,13 @@ from elasticdl_nb.vocabulary import (
     Role,
     Strategy,
 )
+from elasticdl_nb.vocabulary.events import (
+    EvaluationData,
+    GroupSettledData,
+    InstanceData,
+    RelaunchData,
+    payload,
+)
 
 # The table's word for a PS between its end and its relaunch under the same id (a
 # `relaunch` event); not a journal word, so not an `InstanceState`.
@@ -250,7 +257,7 @@ class JobView:
         self.evaluating = event.data.get("round")
 
     def _on_evaluation(self, event: Event) -> None:
-        d = event.data
+        d = payload(event, EvaluationData)
         self.last_metrics = dict(d.get("metrics", {}))
         for name, value in d.get("metrics", {}).items():
             if isinstance(value, int | float):
@@ -269,8 +276,9 @@ class JobView:
         self.group_members = list(event.data["members"])
 
     def _on_group_settled(self, event: Event) -> None:
-        if event.data["cause"] != GroupChange.FORMED:
-            self.last_change = (event.data["cause"], float(event.data["seconds"]))
+        d = payload(event, GroupSettledData)
+        if d["cause"] != GroupChange.FORMED:
+            self.last_change = (d["cause"], float(d["seconds"]))
 
     def _row(self, role: str, instance_id: int) -> InstanceRow:
         key = (role, int(instance_id))
@@ -280,7 +288,7 @@ class JobView:
         return row
 
     def _on_instance(self, event: Event) -> None:
-        d = event.data
+        d = payload(event, InstanceData)
         row = self._row(d["role"], d["id"])
         row.state = d["kind"]
         if d.get("pid"):
@@ -312,7 +320,7 @@ class JobView:
         self.master_restarts = event.data["incarnation"]
 
     def _on_relaunch(self, event: Event) -> None:
-        d = event.data
+        d = payload(event, RelaunchData)
         old = self._row(d["role"], d["replaces"])
         if d["id"] == d["replaces"]:  # a PS comes back under its own id
             old.restarts += 1
