@@ -33,9 +33,10 @@ class RecordedJob:
         self.created = 0.0
         self.backend = "local"
         self.upto = upto  # the journal so far: events below this seq only
+        self._journal = JOURNALS / name / "events.jsonl"
 
     def events(self, from_seq=0, follow=True, timeout=None):
-        for event in read_journal_file(self.dir / "events.jsonl", from_seq):
+        for event in read_journal_file(self._journal, from_seq):
             if self.upto is not None and event.seq >= self.upto:
                 return
             yield event
@@ -182,3 +183,12 @@ def test_the_server_folds_only_what_came_since_its_last_look():
     starting.asked_from = []
     views.of(starting, JobState.STARTING)
     assert starting.asked_from == []
+
+
+def test_a_job_whose_files_are_not_visible_here_counts_its_ps_from_the_journal():
+    job = RecordedJob("ps_killed")
+    job.dir = None  # (a Kubernetes job seen from another notebook: no spec to read)
+    view = JobView.for_job(job)
+    assert view.backend == "?" and view.ps is None
+    view.catch_up(job)
+    assert view.summary()["ps"] == 1 and view.summary()["workers"]["desired"] == 2

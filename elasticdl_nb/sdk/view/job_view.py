@@ -392,6 +392,13 @@ class JobView:
         """Workers started or running, as their newest `instance` events said."""
         return len(self._live)
 
+    def parameter_servers(self) -> int:
+        """The job's PS: as its spec says, else (a job whose files are not visible here)
+        as many as the journal has named."""
+        if self.ps is not None:
+            return self.ps
+        return len({i for (role, i) in self.instances if role == Role.PS})
+
     def fraction_done(self) -> float:
         """How much of the training is done, 0..1 (1 once the job succeeded)."""
         if self.state == JobState.SUCCEEDED:
@@ -419,7 +426,7 @@ class JobView:
                 "records_per_second": self.records_per_second(),
             },
             "workers": {"live": self.live_workers(), "desired": self.workers or 0},
-            "ps": self.ps or 0,
+            "ps": self.parameter_servers(),
             "metrics": dict(self.last_metrics),
             "goodput": self.goodput(),
             "master_restarts": self.master_restarts,
