@@ -194,8 +194,9 @@ class RelaunchRefusedData(TypedDict, total=False):
 
 class RequeueData(TypedDict, total=False):
     """Minibatches of an epoch go back to the queue: a worker's unfinished task
-    (`worker`, `task`, `kind`), or a source's batches not applied on every PS (`source`,
-    `reason`)."""
+    (`worker`, `task`, `kind`), a source's batches not applied on every PS (`source`,
+    `reason`), or (allreduce, every replica lost) what came after the replicas'
+    checkpoint (`reason`, `checkpoint_step`)."""
 
     epoch: int
     batches: int
@@ -204,6 +205,7 @@ class RequeueData(TypedDict, total=False):
     kind: str
     source: int
     reason: str
+    checkpoint_step: int
 
 
 class PsRestoredData(TypedDict):

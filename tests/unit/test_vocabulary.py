@@ -24,3 +24,32 @@ def test_every_event_kind_says_what_its_data_holds():
 def test_words_travel_as_plain_strings():
     assert json.loads(json.dumps({"state": JobState.FAILED})) == {"state": "failed"}
     assert EventKind("loss") is EventKind.LOSS and "stopped" in FINAL_STATES
+
+
+def test_every_field_a_writer_names_is_in_its_kinds_payload():
+    # Each `append(EventKind.X, field=...)` in the package, read from the source: a field
+    # named there must be one of X's payload (the journals a job writes are checked too,
+    # in the job_home fixture; this catches the writers no test's job reaches).
+    import ast
+
+    from elasticdl_nb.vocabulary import OPEN_KINDS
+
+    package = Path(__file__).resolve().parents[2] / "elasticdl_nb"
+    strays, writers = [], 0
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            first = node.args[0]
+            if not (
+                isinstance(first, ast.Attribute) and getattr(first.value, "id", "") == "EventKind"
+            ):
+                continue
+            kind = EventKind[first.attr]
+            writers += 1
+            named = [k.arg for k in node.keywords if k.arg]
+            if kind not in OPEN_KINDS:
+                strays += [
+                    f"{path.name}:{node.lineno} {kind}.{n}" for n in named if n not in kind.fields
+                ]
+    assert writers > 30 and strays == []
