@@ -8,6 +8,7 @@ functions phrase the progress, the goodput and the stragglers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from elasticdl_nb.vocabulary import (
@@ -81,80 +82,116 @@ def _number(value: object) -> str:
 
 
 def describe(event: Event) -> str | None:
-    """One line for a notable event, or None for routine ones."""
-    d = event.data
-    if event.kind == EventKind.INSTANCE and d.get("kind") in INSTANCE_LOST:
-        if d.get("expected"):
-            return None
-        reason = d.get("reason") or d["kind"]
-        # a platform may not call it a preemption ("Evicted: ...")
-        if d["kind"] == InstanceState.PREEMPTED and "preempt" not in reason.lower():
-            reason = f"preempted: {reason}"
-        return f"{d['role']} {d['id']} {reason}"
-    if event.kind == EventKind.INSTANCE and d.get("kind") == InstanceState.PENDING:
+    """One line for a notable event, or None for routine ones (`_PHRASES`: one phrase per
+    kind)."""
+    phrase = _PHRASES.get(event.kind)
+    return phrase(event.data) or None if phrase is not None else None
+
+
+def _instance(d: dict) -> str | None:
+    if d.get("kind") == InstanceState.PENDING:
         return f"{d['role']} {d['id']} pending: {d.get('reason', '')}"
-    if event.kind == EventKind.PENDING_TOO_LONG:
-        return f"{d['role']} {d['id']} still not started after {d['seconds']:.0f} s: {d['reason']}"
-    if event.kind == EventKind.MEMORY_RAISED:
-        return f"{d['role']} {d['id']} ran out of memory: next {d['role']}s get {d['memory']}"
-    if event.kind == EventKind.RELAUNCH:
-        return f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
-    if event.kind == EventKind.RELAUNCH_REFUSED:
-        return f"not relaunching {d['role']} {d['id']}: {d['reason']}"
-    if event.kind == EventKind.REQUEUE and d.get("batches"):
-        return f"re-queued {d['batches']} minibatches of epoch {d.get('epoch', 0) + 1}"
-    if event.kind == EventKind.PS_RESTORED:
+    if d.get("kind") not in INSTANCE_LOST or d.get("expected"):
+        return None
+    reason = d.get("reason") or d["kind"]
+    # a platform may not call it a preemption ("Evicted: ...")
+    if d["kind"] == InstanceState.PREEMPTED and "preempt" not in reason.lower():
+        reason = f"preempted: {reason}"
+    return f"{d['role']} {d['id']} {reason}"
+
+
+def _export(d: dict) -> str:
+    if d.get("tables"):
         return (
-            f"PS {d['ps']} restored version {d['restored_version']}; "
-            f"{d['updates_rolled_back']} updates rolled back and redone"
+            f"embedding tables too large for a Keras file: exported as (id, vector) "
+            f"files to {d['path']} (elasticdl_nb.load_embeddings reads them)"
         )
-    if event.kind == EventKind.SCALE and d["workers_from"] != d["workers_to"]:
-        return f"scaling workers {d['workers_from']} -> {d['workers_to']}"
-    if event.kind == EventKind.EVALUATION:
-        metrics = ", ".join(f"{k} {_number(v)}" for k, v in d["metrics"].items())
-        return f"evaluation at step {d['step']}: {metrics}"
-    if event.kind == EventKind.EXPORT:
-        if d.get("tables"):
-            return (
-                f"embedding tables too large for a Keras file: exported as (id, vector) "
-                f"files to {d['path']} (elasticdl_nb.load_embeddings reads them)"
-            )
-        exported = [f"model exported to {d['path']}"] if d["path"] else []
-        if d.get("saved_model"):  # (export_format saved_model or both)
-            exported.append(f"SavedModel exported to {d['saved_model']}")
-        return "; ".join(exported)
-    if event.kind == EventKind.CHECKPOINT:
-        versions = ", ".join(str(v) for v in d.get("versions", []))
-        return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"
-    if event.kind == EventKind.PHASE:
-        return f"phase: {d['phase']}"
-    if event.kind == EventKind.GROUP:
-        return _group_line(d)
-    if event.kind == EventKind.GROUP_SETTLED:
-        return (
-            f"group v{d['version']} stepping again at step {d['step']}: "
-            f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
-        )
-    if event.kind == EventKind.STRAGGLER:
-        return (
-            f"worker {d['worker']} is a straggler: {d['step_s']:.3g} s per minibatch, "
-            f"{d['ratio'] or float('inf'):.1f}× the median of the others "
-            f"({d['median_s']:.3g} s) for {d['lagging_s']:.0f} s"
-        )
-    if event.kind == EventKind.STRAGGLER_CLEARED:
-        return f"worker {d['worker']} is no longer a straggler ({d['reason']})"
-    if event.kind == EventKind.MASTER_RESTARTED:
-        return (
-            f"master restarted (#{d['incarnation']}): rebuilt from {d['replayed']} events in "
-            f"{_milliseconds(d['rebuild_s'])}, {d['down_s']:.1f} s after the last one's last "
-            f"event; {d['adopted']} instances went on in their processes"
-        )
-    if event.kind == EventKind.JOB_STATE:
-        if d["state"] == JobState.RUNNING:
-            return "job started"
-        reason = f": {d['reason']}" if d.get("reason") else ""
-        return f"job {d['state']}{reason}"
-    return None
+    exported = [f"model exported to {d['path']}"] if d["path"] else []
+    if d.get("saved_model"):  # (export_format saved_model or both)
+        exported.append(f"SavedModel exported to {d['saved_model']}")
+    return "; ".join(exported)
+
+
+def _job_state(d: dict) -> str:
+    if d["state"] == JobState.RUNNING:
+        return "job started"
+    reason = f": {d['reason']}" if d.get("reason") else ""
+    return f"job {d['state']}{reason}"
+
+
+def _evaluation(d: dict) -> str:
+    metrics = ", ".join(f"{k} {_number(v)}" for k, v in d["metrics"].items())
+    return f"evaluation at step {d['step']}: {metrics}"
+
+
+def _checkpoint(d: dict) -> str:
+    versions = ", ".join(str(v) for v in d.get("versions", []))
+    return f"{'final ' if d.get('final') else ''}checkpoint taken (PS versions {versions})"
+
+
+def _straggler(d: dict) -> str:
+    return (
+        f"worker {d['worker']} is a straggler: {d['step_s']:.3g} s per minibatch, "
+        f"{d['ratio'] or float('inf'):.1f}× the median of the others "
+        f"({d['median_s']:.3g} s) for {d['lagging_s']:.0f} s"
+    )
+
+
+def _master_restarted(d: dict) -> str:
+    return (
+        f"master restarted (#{d['incarnation']}): rebuilt from {d['replayed']} events in "
+        f"{_milliseconds(d['rebuild_s'])}, {d['down_s']:.1f} s after the last one's last "
+        f"event; {d['adopted']} instances went on in their processes"
+    )
+
+
+def _group_settled(d: dict) -> str:
+    return (
+        f"group v{d['version']} stepping again at step {d['step']}: "
+        f"{_milliseconds(d['seconds'])} after the {_CAUSES.get(d['cause'], d['cause'])}"
+    )
+
+
+# The kinds that get a line of their own, and how it reads (None or "": no line this time).
+_PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
+    EventKind.INSTANCE: _instance,
+    EventKind.PENDING_TOO_LONG: lambda d: (
+        f"{d['role']} {d['id']} still not started after {d['seconds']:.0f} s: {d['reason']}"
+    ),
+    EventKind.MEMORY_RAISED: lambda d: (
+        f"{d['role']} {d['id']} ran out of memory: next {d['role']}s get {d['memory']}"
+    ),
+    EventKind.RELAUNCH: lambda d: (
+        f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
+    ),
+    EventKind.RELAUNCH_REFUSED: lambda d: f"not relaunching {d['role']} {d['id']}: {d['reason']}",
+    EventKind.REQUEUE: lambda d: (
+        f"re-queued {d['batches']} minibatches of epoch {d.get('epoch', 0) + 1}"
+        if d.get("batches")
+        else None
+    ),
+    EventKind.PS_RESTORED: lambda d: (
+        f"PS {d['ps']} restored version {d['restored_version']}; "
+        f"{d['updates_rolled_back']} updates rolled back and redone"
+    ),
+    EventKind.SCALE: lambda d: (
+        f"scaling workers {d['workers_from']} -> {d['workers_to']}"
+        if d["workers_from"] != d["workers_to"]
+        else None
+    ),
+    EventKind.EVALUATION: _evaluation,
+    EventKind.EXPORT: _export,
+    EventKind.CHECKPOINT: _checkpoint,
+    EventKind.PHASE: lambda d: f"phase: {d['phase']}",
+    EventKind.GROUP: lambda d: _group_line(d),
+    EventKind.GROUP_SETTLED: _group_settled,
+    EventKind.STRAGGLER: _straggler,
+    EventKind.STRAGGLER_CLEARED: lambda d: (
+        f"worker {d['worker']} is no longer a straggler ({d['reason']})"
+    ),
+    EventKind.MASTER_RESTARTED: _master_restarted,
+    EventKind.JOB_STATE: _job_state,
+}
 
 
 _CAUSES = {
