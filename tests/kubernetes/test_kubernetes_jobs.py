@@ -107,6 +107,8 @@ def test_a_notebook_cell_trains_on_kubernetes(
         return pods(core, job_namespace)
 
     wait_for(lambda: set(left()) == set(pods(core, job_namespace, "master")), 60, "the master")
+    # (`--wait` returns once the end is recorded; the master's pod exits a moment later)
+    wait_for(lambda: next(iter(left().values())).status.phase != "Running", 60, "its exit")
     (master,) = left().values()
     assert master.metadata.name.startswith(f"{job.name}-master-")
     assert master.status.phase == "Succeeded"
