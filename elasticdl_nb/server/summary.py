@@ -13,7 +13,7 @@ from typing import Any
 
 from elasticdl_nb.sdk import Job
 from elasticdl_nb.sdk.view import JobView
-from elasticdl_nb.vocabulary import JobState
+from elasticdl_nb.vocabulary import FINAL_STATES, JobState
 
 
 class JobViews:
@@ -24,11 +24,14 @@ class JobViews:
     def __init__(self) -> None:
         self._views: dict[tuple[str, float], JobView] = {}
         self._locks: dict[tuple[str, float], threading.Lock] = {}
+        self._read_to_the_end: set[tuple[str, float]] = set()
         self._lock = threading.Lock()
 
     def of(self, job: Job, state: str) -> JobView:
-        """`job`'s view, caught up with its journal unless the job (in `state`, as its
-        status says) has no journal to read yet."""
+        """`job`'s view, caught up with its journal, given the job's `state` as its status
+        says: a job still starting has no journal to read yet, and one whose state is
+        final is read once more after that, then no more (a lost job's journal has no end
+        of its own)."""
         key = (job.name, job.created)
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -36,8 +39,10 @@ class JobViews:
             view = self._views.get(key)
             if view is None:
                 view = self._views[key] = JobView.for_job(job)
-            if not view.ended and state != JobState.STARTING:
+            if state != JobState.STARTING and key not in self._read_to_the_end:
                 view.catch_up(job)
+                if state in FINAL_STATES or view.ended:
+                    self._read_to_the_end.add(key)
             return view
 
     def keep_only(self, jobs: list[Job]) -> None:
@@ -47,6 +52,7 @@ class JobViews:
             for key in set(self._views) - listed:
                 self._views.pop(key, None)
                 self._locks.pop(key, None)
+                self._read_to_the_end.discard(key)
 
 
 VIEWS = JobViews()
@@ -58,12 +64,15 @@ def job_summary(job: Job, status: dict[str, Any] | None = None) -> dict[str, Any
     (None before the first minibatch), how many times its master was replaced
     (`master_restarts`) and the stragglers; `error` and `waiting` when there are."""
     status = job.status() if status is None else status
-    state = status.get("state", "unknown")
+    return _summary(job, status, VIEWS.of(job, status.get("state", "unknown")))
+
+
+def _summary(job: Job, status: dict[str, Any], view: JobView) -> dict[str, Any]:
     return {
-        **VIEWS.of(job, state).summary(),
+        **view.summary(),
         "name": job.name,
         "backend": job.backend,
-        "state": state,
+        "state": status.get("state", "unknown"),
         "error": status.get("error") or "",
         "waiting": status.get("waiting") or "",
         "created": job.created,
@@ -89,4 +98,4 @@ def job_detail(job: Job) -> dict[str, Any]:
     status = job.status()
     view = VIEWS.of(job, status.get("state", "unknown"))
     instances = [vars(row).copy() for row in view.rows()]
-    return {**job_summary(job, status), "instances": instances}
+    return {**_summary(job, status, view), "instances": instances}

@@ -192,3 +192,23 @@ def test_a_job_whose_files_are_not_visible_here_counts_its_ps_from_the_journal()
     assert view.backend == "?" and view.ps is None
     view.catch_up(job)
     assert view.summary()["ps"] == 1 and view.summary()["workers"]["desired"] == 2
+
+
+def test_the_server_reads_a_lost_jobs_journal_once_more_then_no_more():
+    # A master gone without recording an end: its journal stops short, the status says
+    # lost. The view is read up to where the journal stops, then left alone.
+    class Lost(RecordedJob):
+        asked_from: list[int] = []
+
+        def events(self, from_seq=0, follow=True, timeout=None):
+            self.asked_from.append(from_seq)
+            return super().events(from_seq, follow, timeout)
+
+    events = events_of("ps_worker_killed")
+    job = Lost("ps_worker_killed", upto=len(events) // 2)
+    job.asked_from = []
+    views = JobViews()
+    view = views.of(job, JobState.LOST)
+    assert view.last_seq == len(events) // 2 - 1 and not view.ended
+    views.of(job, JobState.LOST)
+    assert job.asked_from == [0]
