@@ -38,7 +38,6 @@ from elasticdl_nb.vocabulary import (
     JobState,
     Phase,
     Role,
-    Strategy,
 )
 from elasticdl_nb.vocabulary.events import (
     EvaluationData,
@@ -180,7 +179,7 @@ class JobView:
             backend=spec.backend,
             epochs=spec.epochs,
             workers=spec.workers,
-            ps=0 if spec.strategy == Strategy.ALLREDUCE else spec.ps,
+            ps=spec.parameter_servers,
             tensorboard_dir=str(files.tensorboard) if spec.tensorboard else "",
             **options,
         )
