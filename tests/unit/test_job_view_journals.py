@@ -34,8 +34,10 @@ class RecordedJob:
         self.backend = "local"
         self.upto = upto  # the journal so far: events below this seq only
         self._journal = JOURNALS / name / "events.jsonl"
+        self.asked_from: list[int] = []  # the from_seq of each read, in order
 
     def events(self, from_seq=0, follow=True, timeout=None):
+        self.asked_from.append(from_seq)
         for event in read_journal_file(self._journal, from_seq):
             if self.upto is not None and event.seq >= self.upto:
                 return
@@ -164,23 +166,15 @@ def test_the_server_folds_only_what_came_since_its_last_look():
     seen = first.last_seq
     assert 0 < seen < len(events) - 1 and not first.ended
 
-    class Counting(RecordedJob):
-        asked_from: list[int] = []
-
-        def events(self, from_seq=0, follow=True, timeout=None):
-            self.asked_from.append(from_seq)
-            return super().events(from_seq, follow, timeout)
-
-    whole = Counting("stopped")
+    whole = RecordedJob("stopped")
     assert views.of(whole, JobState.STOPPED) is first  # the same view, caught up
     assert whole.asked_from == [seen + 1] and first.state == JobState.STOPPED
     assert first.snapshot(2e9) == folded("stopped").snapshot(2e9)
     views.of(whole, JobState.STOPPED)
     assert whole.asked_from == [seen + 1], "an ended job's journal was read again"
     # a job not started yet has no journal to read: none is asked for
-    starting = Counting("stopped")
+    starting = RecordedJob("stopped")
     starting.created = 1.0
-    starting.asked_from = []
     views.of(starting, JobState.STARTING)
     assert starting.asked_from == []
 
@@ -197,16 +191,8 @@ def test_a_job_whose_files_are_not_visible_here_counts_its_ps_from_the_journal()
 def test_the_server_reads_a_lost_jobs_journal_once_more_then_no_more():
     # A master gone without recording an end: its journal stops short, the status says
     # lost. The view is read up to where the journal stops, then left alone.
-    class Lost(RecordedJob):
-        asked_from: list[int] = []
-
-        def events(self, from_seq=0, follow=True, timeout=None):
-            self.asked_from.append(from_seq)
-            return super().events(from_seq, follow, timeout)
-
     events = events_of("ps_worker_killed")
-    job = Lost("ps_worker_killed", upto=len(events) // 2)
-    job.asked_from = []
+    job = RecordedJob("ps_worker_killed", upto=len(events) // 2)
     views = JobViews()
     view = views.of(job, JobState.LOST)
     assert view.last_seq == len(events) // 2 - 1 and not view.ended
