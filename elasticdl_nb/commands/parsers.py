@@ -32,7 +32,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 flag(f.name),
                 dest=f.name,
-                type=type(default),
+                type=str if f.metadata["text"] else type(default),
                 default=argparse.SUPPRESS,
                 choices=f.metadata["choices"],
                 help=f"{help_text} (default {default!r})",
@@ -69,9 +69,11 @@ def add_job_commands(commands) -> dict[str, argparse.ArgumentParser]:
     ):
         parsers[name] = commands.add_parser(name, help=text)
         parsers[name].add_argument("name")
-    scale = parsers["scale"] = commands.add_parser("scale", help="change a job's number of workers")
+    scale = parsers["scale"] = commands.add_parser(
+        "scale", help="change a job's number of workers, or its range MIN:MAX"
+    )
     scale.add_argument("name")
-    scale.add_argument("--workers", type=int, required=True)
+    scale.add_argument("--workers", required=True, help="N, or a range MIN:MAX (e.g. 2:6)")
     logs = parsers["logs"] = commands.add_parser("logs", help="print a process's log")
     logs.add_argument("name")
     logs.add_argument("--role", default="master", choices=("master", "worker", "ps"))

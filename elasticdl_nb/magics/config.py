@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traitlets import Bool, Enum, Int, Unicode
+from traitlets import Bool, Enum, Int, Unicode, Union
 from traitlets.config import Configurable
 
 from elasticdl_nb.spec import JobSpec, SpecError, closest, option_fields
@@ -27,7 +27,10 @@ def _option_traits() -> dict[str, Any]:
         default = getattr(defaults, f.name)
         if f.name in _PER_JOB or type(default) not in _TRAITS:
             continue
-        traits[f.name] = _TRAITS[type(default)](default, help=f.metadata["help"]).tag(config=True)
+        trait = _TRAITS[type(default)](default, help=f.metadata["help"])
+        if f.metadata["text"]:  # a number or its text form ("2:6": a worker range)
+            trait = Union([trait, Unicode()], default_value=default, help=f.metadata["help"])
+        traits[f.name] = trait.tag(config=True)
     traits["dashboard"] = Enum(
         ["auto", "widget", "text"],
         "auto",

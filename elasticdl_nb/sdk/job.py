@@ -39,6 +39,7 @@ from elasticdl_nb.sdk.errors import (
     ScaleRefused,
     UnknownRole,
 )
+from elasticdl_nb.spec import SpecError, worker_range
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Role
 
 # How long a call from here waits out a master that does not answer (busy or paused)
@@ -224,11 +225,22 @@ class Job:
 
     # ------------------------------------------------------------------ steering
 
-    def scale(self, workers: int) -> dict:
-        """Change the number of workers while the job runs."""
-        stub = self._require_master("scale")
+    def scale(self, workers: int | str | tuple[int, int]) -> dict:
+        """Change the number of workers while the job runs: a number N (a fixed size, as
+        `workers=N` at the start), or a range 'MIN:MAX' / (MIN, MAX)."""
         try:
-            return json.loads(stub.Scale(pb.ScaleRequest(workers=workers), timeout=10).json)
+            low, high = worker_range(workers)
+        except SpecError as exc:
+            raise ScaleRefused(f"Cannot scale job {self.name!r}: {exc}") from None
+        if isinstance(high, bool) or not isinstance(high, int):
+            raise ScaleRefused(
+                f"Cannot scale job {self.name!r}: workers={workers!r} is not a number of "
+                "workers: give N (e.g. 3) or a range 'MIN:MAX' (e.g. '2:6')."
+            )
+        stub = self._require_master("scale")
+        request = pb.ScaleRequest(workers=high, min_workers=low or 0)
+        try:
+            return json.loads(stub.Scale(request, timeout=10).json)
         except grpc.RpcError as err:
             raise ScaleRefused(f"Cannot scale job {self.name!r}: {err.details()}") from None
         except PeerUnreachable as exc:

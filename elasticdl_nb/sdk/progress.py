@@ -50,7 +50,7 @@ class ProgressPrinter:
 
     def _progress_line(self, event: Event) -> None:
         view = self.view
-        figures = job_figures(view.goodput(), view.live_workers(), view.workers, view.stragglers)
+        figures = job_figures(view.goodput(), view.workers_summary(), view.stragglers)
         text = " | ".join([f"[{self.name}] {format_progress(event.data)}", *figures])
         now = time.monotonic()
         if self.tty:

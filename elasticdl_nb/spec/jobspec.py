@@ -27,8 +27,11 @@ def _opt(
     choices: tuple[str, ...] | None = None,
     minimum: int | None = None,
     cli: bool = True,
+    text: bool = False,
 ) -> Any:
-    meta = {"help": help, "choices": choices, "minimum": minimum, "cli": cli}
+    # `text`: front ends take the option as text for `from_options` to read (a worker
+    # range, "2:6"), not as the field's own type.
+    meta = {"help": help, "choices": choices, "minimum": minimum, "cli": cli, "text": text}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -70,7 +73,21 @@ class JobSpec:
         "Where the job's processes run: local processes, or pods on a Kubernetes cluster.",
         choices=("local", "kubernetes"),
     )
-    workers: int = _opt(2, "Number of worker processes.", minimum=1)
+    workers: int = _opt(
+        2,
+        "Number of workers, or a range MIN:MAX (e.g. 2:6): the job trains once MIN run, "
+        "keeps asking for up to MAX, and yields the ones above MIN to higher priorities "
+        "first (elastic scheduling).",
+        minimum=1,
+        text=True,
+    )
+    min_workers: int = _opt(
+        0,
+        "The MIN of a worker range (workers='MIN:MAX' sets it); 0 = a fixed number, "
+        "which trains with any that run.",
+        minimum=0,
+        cli=False,
+    )
     strategy: str = _opt(
         Strategy.PS.value,
         "How workers share what they learn: 'ps' = parameter servers hold the model and "
@@ -169,7 +186,13 @@ class JobSpec:
     worker_priority_class: str = _opt(
         "elasticdl-nb-low",
         "Priority class of worker pods ('' for none): lower than PS and master, so the "
-        "scheduler preempts workers first, and the job goes on with fewer.",
+        "scheduler preempts workers first, and the job goes on with fewer. With a worker "
+        "range, of the first MIN.",
+    )
+    elastic_worker_priority_class: str = _opt(
+        "elasticdl-nb-elastic",
+        "Priority class of the workers above a range's MIN ('' for none): the lowest, so "
+        "the scheduler preempts them before any job's first MIN.",
     )
     master_resources: str = _opt(
         "cpu=1,memory=1Gi",
@@ -210,6 +233,10 @@ class JobSpec:
     def from_options(cls, **options: Any) -> JobSpec:
         """Build and validate a spec from keyword options; unknown names fail at once."""
         known = {f.name for f in dataclasses.fields(cls)}
+        if "workers" in options:
+            low, options["workers"] = worker_range(options["workers"])
+            if low is not None:
+                options["min_workers"] = low
         for key in options:
             if key not in known:
                 close = closest(key, known)
@@ -271,6 +298,11 @@ class JobSpec:
                 "grads_to_wait= (synchronous PS) needs each gradient computed on the newest "
                 "version, and overlap_communication=True computes on one update old: drop one."
             )
+        if self.min_workers > self.workers:
+            raise SpecError(
+                f"min_workers={self.min_workers} is above workers={self.workers}: a range "
+                f"is MIN:MAX, e.g. workers='{self.workers}:{self.min_workers}'."
+            )
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter= must be one character, got {self.csv_delimiter!r}.")
 
@@ -289,6 +321,22 @@ class JobSpec:
         return 0 if self.strategy == Strategy.ALLREDUCE else self.ps
 
     @property
+    def worker_floor(self) -> int:
+        """The fewest workers the job trains with: a range's MIN, else 1."""
+        return self.min_workers or 1
+
+    @property
+    def base_workers(self) -> int:
+        """How many workers run at `worker_priority_class` (the rest at the elastic one):
+        a range's MIN, else all of them."""
+        return self.min_workers or self.workers
+
+    @property
+    def workers_text(self) -> str:
+        """The workers as the user writes them: '3', or the range '2:6'."""
+        return format_workers(self.workers, self.min_workers)
+
+    @property
     def records_per_task(self) -> int:
         return self.minibatch_size * self.minibatches_per_task
 
@@ -303,6 +351,37 @@ _RANGE_HINTS = {
     "stop the job instead.",
     "ps": "The parameter-server strategy needs at least one PS.",
 }
+
+
+def worker_range(value: Any) -> tuple[int | None, Any]:
+    """(MIN, MAX) of a `workers` value: 3 -> (None, 3), '2:6' or (2, 6) -> (2, 6). A
+    value that is neither is passed on (as MAX) for `validate` to refuse by its type."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        low, high = value
+    elif isinstance(value, str) and value.strip():
+        low, sep, high = value.strip().partition(":")
+        if not sep:
+            low, high = None, low
+        try:
+            low, high = (None if low is None else int(low)), int(high)
+        except ValueError:
+            raise SpecError(
+                f"workers={value!r} is not a number of workers: write N (e.g. 3) or "
+                "a range MIN:MAX (e.g. 2:6)."
+            ) from None
+    else:
+        return None, value
+    if low is not None and isinstance(high, int) and not isinstance(low, bool):
+        if not 1 <= low <= high:
+            raise SpecError(
+                f"workers={value!r}: a range needs 1 <= MIN <= MAX, e.g. workers='2:6'."
+            )
+    return low, high
+
+
+def format_workers(workers: int, min_workers: int = 0) -> str:
+    """'3', or '2:6' for a range."""
+    return f"{min_workers}:{workers}" if min_workers else str(workers)
 
 
 def _coerce(name: str, value: Any) -> Any:

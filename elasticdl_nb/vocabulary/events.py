@@ -13,7 +13,7 @@ the tests run it over every journal a real job writes.
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Required, TypedDict, TypeVar, get_type_hints
+from typing import Any, NotRequired, Required, TypedDict, TypeVar, get_type_hints
 
 # -------------------------------------------------------------------- the payloads
 
@@ -127,7 +127,8 @@ class EvaluationData(TypedDict, total=False):
 class InstanceData(TypedDict, total=False):
     """What happened to a worker or PS (`kind`: an `InstanceState`), with what is known:
     its pid, exit code, signal and reason, and whether the master expected it (a
-    retired worker). A PS that is up again says the version it restored, its address and
+    retired worker); a worker above its range's MIN is `elastic` (the lowest
+    priority). A PS that is up again says the version it restored, its address and
     incarnation."""
 
     role: Required[str]
@@ -141,6 +142,7 @@ class InstanceData(TypedDict, total=False):
     restored_version: int
     address: str
     incarnation: int
+    elastic: bool
 
 
 class PendingTooLongData(TypedDict):
@@ -163,11 +165,24 @@ class MemoryRaisedData(TypedDict):
 
 
 class ScaleData(TypedDict):
-    """The desired number of workers changed."""
+    """The desired number of workers changed (`workers_to`; with a range, its MIN in
+    `min_workers`)."""
 
     workers_from: int
     workers_to: int
     reason: str
+    min_workers: NotRequired[int]
+
+
+class WorkerFloorData(TypedDict):
+    """A job with a worker range went below its MIN running workers (`below`), or back
+    to MIN; `held`: training tasks wait meanwhile (the PS strategy; an allreduce group
+    goes on with its members)."""
+
+    running: int
+    min: int
+    below: bool
+    held: bool
 
 
 class RelaunchData(TypedDict, total=False):
@@ -375,6 +390,7 @@ class EventKind(StrEnum):
     PENDING_TOO_LONG = "pending_too_long", PendingTooLongData
     MEMORY_RAISED = "memory_raised", MemoryRaisedData
     SCALE = "scale", ScaleData
+    WORKER_FLOOR = "worker_floor", WorkerFloorData
     RELAUNCH = "relaunch", RelaunchData
     RELAUNCH_REFUSED = "relaunch_refused", RelaunchRefusedData
     REQUEUE = "requeue", RequeueData

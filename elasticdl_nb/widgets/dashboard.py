@@ -148,6 +148,9 @@ class Dashboard:
                 go.Scatter(x=[], y=[], mode="lines", name="desired workers", xaxis="x2",
                            yaxis="y3", legend="legend2",
                            line={"shape": "hv", "dash": "dot", "color": "#888"}),
+                go.Scatter(x=[], y=[], mode="lines", name="pending workers", xaxis="x2",
+                           yaxis="y3", legend="legend2",
+                           line={"shape": "hv", "dash": "dash", "color": "#d62728"}),
                 *[
                     go.Scatter(x=[], y=[], text=[], mode="markers", name=kind,
                                marker=MARK_STYLES[kind], hoverinfo="text+x", xaxis="x2",

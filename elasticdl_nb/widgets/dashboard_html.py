@@ -19,6 +19,7 @@ from elasticdl_nb.sdk.view.text import (
     format_percent,
     format_progress,
     format_stragglers,
+    format_workers,
     times_median,
 )
 from elasticdl_nb.vocabulary import GroupChange, JobState, Phase, Role
@@ -98,7 +99,9 @@ def status_html(view: JobView, now: float) -> str:
         figures.append(f"tasks {view.tasks_done}/{view.tasks_total}")
     if view.last_loss is not None:
         figures.append(f"loss {view.last_loss:.4g}")
-    figures.append(f"workers {view.live_workers()}/{view.workers or '?'}")
+    workers = view.workers_summary()
+    line = e(format_workers(workers))
+    figures.append(colored(line, WARNING_COLOR) if workers["waiting"] else line)
     if view.stragglers:
         figures.append(colored(format_stragglers(view.stragglers), WARNING_COLOR))
     if view.ps:

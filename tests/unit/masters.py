@@ -20,9 +20,12 @@ from elasticdl_nb.vocabulary import InstanceState
 class RecordingLauncher:
     def __init__(self):
         self.launched: list[tuple[str, int]] = []
+        self.elastic: set[int] = set()  # the workers launched elastic
 
-    def launch(self, role: str, instance_id: int) -> None:
+    def launch(self, role: str, instance_id: int, elastic: bool = False) -> None:
         self.launched.append((role, instance_id))
+        if elastic:
+            self.elastic.add(instance_id)
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None:
         pass

@@ -61,8 +61,9 @@ def test_an_end_recorded_on_a_visible_volume_counts_before_the_pod_says_it_ended
 def test_an_end_that_cannot_be_read_says_so():
     reading = job_state("j", "ns", job("Complete"), None, None)
     assert reading.final["state"] == "ended"
-    assert "kubectl logs -n ns -l elasticdl-nb/job=j,elasticdl-nb/role=master" in (
-        reading.final["error"]
+    assert (
+        "kubectl logs -n ns -l elasticdl-nb/job=j,elasticdl-nb/role=master"
+        in (reading.final["error"])
     )
 
 

@@ -119,7 +119,8 @@ def _forbidden_fix(detail: str) -> str:
         return (
             "the job's priority classes do not exist in this cluster: a cluster admin "
             "applies deploy/priority-classes.yaml, or pass master_priority_class='', "
-            "ps_priority_class='' and worker_priority_class='' (no priorities)."
+            "ps_priority_class='', worker_priority_class='' and "
+            "elastic_worker_priority_class='' (no priorities)."
         )
     if "exceeded quota" in detail:
         return (

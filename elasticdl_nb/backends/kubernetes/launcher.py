@@ -76,12 +76,15 @@ class PodLauncher:
 
     # ------------------------------------------------------------------ InstanceLauncher
 
-    def launch(self, role: str, instance_id: int) -> None:
+    def launch(self, role: str, instance_id: int, elastic: bool = False) -> None:
         self._begin()
-        make = m.ps_pod if role == "ps" else m.worker_pod  # a PS's Service stays: master_site
-        body = make(
-            self.spec, self.name, instance_id, self.owner, self.addresses, self.memory.get(role)
-        )
+        memory = self.memory.get(role)
+        if role == "ps":  # (a PS's Service stays: master_site)
+            body = m.ps_pod(self.spec, self.name, instance_id, self.owner, self.addresses, memory)
+        else:
+            body = m.worker_pod(
+                self.spec, self.name, instance_id, self.owner, self.addresses, memory, elastic
+            )
         pod_name = body["metadata"]["name"]
         self._remove_ended_pod(pod_name)  # a PS relaunched under its old name
         created = call(

@@ -38,6 +38,8 @@ from elasticdl_nb.spec.kubernetes import parse_env, parse_resources
 
 APP = "elasticdl-nb"
 LABEL_JOB, LABEL_ROLE, LABEL_INDEX = "elasticdl-nb/job", "elasticdl-nb/role", "elasticdl-nb/index"
+# A worker above its range's MIN, at the elastic priority class (`-l elasticdl-nb/elastic`).
+LABEL_ELASTIC = "elasticdl-nb/elastic"
 MASTER_PORT, PS_PORT, PS_BULK_PORT = 50001, 50002, 50003
 JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
 JOB_VOLUME = "job"  # its name in a pod's volumes
@@ -256,12 +258,19 @@ def worker_pod(
     owner: dict,
     addresses: Addresses,
     memory: str | None = None,
+    elastic: bool = False,
 ) -> dict[str, Any]:
-    """`memory` overrides the spec's (a worker relaunched after running out of it)."""
+    """`memory` overrides the spec's (a worker relaunched after running out of it);
+    an `elastic` worker (above its range's MIN) gets the elastic priority class."""
     command = ["python", "-m", "elasticdl_nb.runtime.worker", "--id", str(index)]
     resources = _with_memory(spec.worker_resources, memory)
     env = _address_env(addresses)
     pod = _pod(spec, name, "worker", index, command, resources, [], env, owner)
+    if elastic:
+        pod["metadata"]["labels"][LABEL_ELASTIC] = "true"
+        pod["spec"].pop("priorityClassName", None)
+        if spec.elastic_worker_priority_class:
+            pod["spec"]["priorityClassName"] = spec.elastic_worker_priority_class
     return merge_into_pod(pod, spec.pod_template)
 
 

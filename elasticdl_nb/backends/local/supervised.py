@@ -81,9 +81,10 @@ class SupervisedProcesses:
 
     # ------------------------------------------------------------------ InstanceLauncher
 
-    def launch(self, role: str, instance_id: int) -> None:
+    def launch(self, role: str, instance_id: int, elastic: bool = False) -> None:
         """Returns once the supervisor has started the process; its `started` event
-        follows on the events thread."""
+        follows on the events thread. (`elastic` changes nothing here: there is no
+        scheduler to preempt it first.)"""
         self._request("launch", role=str(role), id=instance_id, env=self._env)
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None:

@@ -65,6 +65,8 @@ class AllreduceGroup:
     idle_wait_seconds = 0.0
     # A member that retires leaves with the group, at a step the group agrees on.
     stops_unwanted_on_report = False
+    # The group goes on with the members it has (why: worker_floor.py).
+    holds_below_floor = False
 
     def __init__(self, job: JobControl, expected_workers: int):
         self._job = job

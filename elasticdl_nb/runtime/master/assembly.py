@@ -41,7 +41,10 @@ STRATEGIES: dict[str, Callable[[JobControl, JobSpec, list[str], PsChannel], Trai
     Strategy.PS: lambda job, spec, ps_addrs, ps_channel: PsStrategy(
         job, spec.parameter_servers, ps_addrs, ps_channel
     ),
-    Strategy.ALLREDUCE: lambda job, spec, ps_addrs, ps_channel: AllreduceGroup(job, spec.workers),
+    # (With a worker range, the first group forms once MIN members have joined.)
+    Strategy.ALLREDUCE: lambda job, spec, ps_addrs, ps_channel: AllreduceGroup(
+        job, spec.min_workers or spec.workers
+    ),
 }
 
 

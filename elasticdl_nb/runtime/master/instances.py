@@ -4,6 +4,10 @@ The same for every backend: the launcher only starts, kills and reports. Here we
 - workers: scale to the desired count; a crashed worker is replaced under a new id while
   the crash budget lasts, a preempted one always; when none is left and none may be
   started, the job fails;
+- a worker range (`min_workers`): the first MIN workers are launched at the base
+  priority and the rest `elastic` (the backend's lowest priority, so a scheduler preempts
+  them first); a replacement takes the tier its job lacks; scaling down retires elastic
+  workers first. Whether enough run to train is the worker floor's (`worker_floor.py`);
 - parameter servers: a lost PS is relaunched under the same id (so it owns the same
   shard) and restores its newest checkpoint; until it reports where it serves, the
   master gives no address for it (`on_ps_lost`);
@@ -53,6 +57,7 @@ class Instance:
     expected_exit: bool = False  # we asked it to stop
     replaces: int | None = None
     waiting: str = ""  # why it has not started yet (pending events)
+    elastic: bool = False  # a worker above its range's MIN: launched at the lowest priority
 
 
 @dataclass
@@ -83,6 +88,7 @@ class InstanceManager:
         *,
         workers: int,
         ps: int,
+        min_workers: int = 0,
         max_worker_relaunches: int,
         max_ps_relaunches: int,
         on_worker_lost: Callable[[int], None],
@@ -94,6 +100,7 @@ class InstanceManager:
     ):
         self.journal = journal
         self.desired_workers = workers
+        self.min_workers = min_workers  # a range's MIN (0: a fixed number)
         self.num_ps = ps
         self.max_worker_relaunches = max_worker_relaunches
         self.max_ps_relaunches = max_ps_relaunches
@@ -150,27 +157,42 @@ class InstanceManager:
     def start(self) -> None:
         for ps_id in range(self.num_ps):
             self._launch(Role.PS, ps_id)
-        self.scale(self.desired_workers, reason="job start")
+        self.scale(self.desired_workers, reason="job start", min_workers=self.min_workers)
 
-    def scale(self, workers: int, reason: str = "requested") -> dict:
+    def scale(self, workers: int, reason: str = "requested", min_workers: int = 0) -> dict:
+        """Ask for `workers` workers (a range's MAX, with its MIN in `min_workers`)."""
         with self._lock:
             before = len(self.active_workers())
-            self.desired_workers = workers
+            self.desired_workers, self.min_workers = workers, min_workers
+            ranged = {"min_workers": min_workers} if min_workers else {}
             self.journal.append(
-                EventKind.SCALE, workers_from=before, workers_to=workers, reason=reason
+                EventKind.SCALE, workers_from=before, workers_to=workers, reason=reason, **ranged
             )
             self._converge()
-            return {"workers_from": before, "workers_to": workers}
+            return {"workers_from": before, "workers_to": workers, **ranged}
 
     def _converge(self) -> None:
-        """Start or retire workers until the active count is the desired count."""
+        """Start or retire workers until the active count is the desired count; the
+        elastic ones retire first, the newest first."""
         if self.shutting_down:
             return
         active = self.active_workers()
         for _ in range(self.desired_workers - len(active)):
             self._launch(Role.WORKER, self._take_worker_id())
-        for worker_id in sorted(active, reverse=True)[: max(0, len(active) - self.desired_workers)]:
+        extra = max(0, len(active) - self.desired_workers)
+        by_tier = sorted(
+            active, key=lambda w: (self.instances[(Role.WORKER, w)].elastic, w), reverse=True
+        )
+        for worker_id in by_tier[:extra]:
             self.retire(worker_id)
+
+    def _elastic_next(self) -> bool:
+        """Whether the next worker launched is elastic: its job's range has MIN base
+        workers already (not retiring, not ended)."""
+        if not self.min_workers:
+            return False
+        base = [w for w in self.active_workers() if not self.instances[(Role.WORKER, w)].elastic]
+        return len(base) >= self.min_workers
 
     def retire(self, worker_id: int) -> None:
         """Ask a worker to stop after its current minibatch (it learns so on its next report)
@@ -194,8 +216,9 @@ class InstanceManager:
 
     def _launch(self, role: Role, instance_id: int, replaces: int | None = None) -> None:
         with self._lock:
-            self._known(role, instance_id, replaces)
-        self.launcher.launch(role, instance_id)
+            elastic = role == Role.WORKER and self._elastic_next()
+            self._known(role, instance_id, replaces).elastic = elastic
+        self.launcher.launch(role, instance_id, elastic=elastic)
 
     def shutdown(self, grace_seconds: float = 5.0, drain_seconds: float = 3.0) -> None:
         """End every instance: workers first get `drain_seconds` to see that the job is
@@ -234,7 +257,10 @@ class InstanceManager:
                 inst.pid = event.pid
             if event.ended:
                 inst.exit_reason = event.reason or event.kind
-            self.journal.append(EventKind.INSTANCE, **event.to_dict(), expected=inst.expected_exit)
+            tier = {"elastic": True} if inst.elastic else {}
+            self.journal.append(
+                EventKind.INSTANCE, **event.to_dict(), expected=inst.expected_exit, **tier
+            )
             if not event.ended or self.shutting_down:
                 return
             if event.kind == InstanceState.FAILED and event.exit_code == WRONG_PEER_EXIT:
@@ -322,6 +348,7 @@ class InstanceManager:
         the desired count, the relaunch budget spent (`recovery.py`). Nothing is launched."""
         if kind == EventKind.SCALE:
             self.desired_workers = data["workers_to"]
+            self.min_workers = data.get("min_workers", 0)
         elif kind == EventKind.JOB_STATE and data["state"] in MASTER_END_STATES:
             self.shutting_down = True
         elif kind in (EventKind.RELAUNCH, EventKind.RELAUNCH_REFUSED):
@@ -340,6 +367,7 @@ class InstanceManager:
                 inst.state = InstanceState(data["kind"])
                 inst.pid = data.get("pid") or inst.pid
                 inst.expected_exit |= data.get("expected", False)
+                inst.elastic |= data.get("elastic", False)
                 if inst.state == InstanceState.PENDING:
                     inst.waiting = data.get("reason", "")
                 if inst.state in INSTANCE_ENDED:

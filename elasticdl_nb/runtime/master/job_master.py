@@ -38,6 +38,7 @@ from elasticdl_nb.runtime.master.stragglers import Stragglers
 from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.master.task_desk import TaskDesk
 from elasticdl_nb.runtime.master.tasks import TaskQueue
+from elasticdl_nb.runtime.master.worker_floor import WorkerFloor
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Phase, Role
@@ -104,6 +105,12 @@ class JobMaster:
         self.evaluations.on_published = self.decisions.evaluated
         self.strategy = strategy_for(self)
         self.instances = self._instance_manager(launcher_for)
+        self.floor = WorkerFloor(
+            journal.append,
+            self.instances.takes_work,
+            lambda: self.instances.min_workers,
+            holds=self.strategy.holds_below_floor,
+        )
 
     def _instance_manager(self, launcher_for: LauncherFor) -> InstanceManager:
         """The job's instances under the elastic policy, guarded by the job's lock; a
@@ -114,6 +121,7 @@ class JobMaster:
             launcher_for,
             self.journal,
             workers=spec.workers,
+            min_workers=spec.min_workers,
             ps=spec.parameter_servers,
             max_worker_relaunches=spec.max_worker_relaunches,
             max_ps_relaunches=spec.max_ps_relaunches,
@@ -144,13 +152,21 @@ class JobMaster:
         """A worker's progress report (`TaskDesk.report`)."""
         return self.desk.report(r)
 
-    def scale(self, workers: int) -> dict:
+    def scale(self, workers: int, min_workers: int = 0) -> dict:
+        """Ask for `workers` workers; with `min_workers`, the range MIN:workers."""
         if workers < 1:
             raise ValueError("workers must be at least 1; stop the job to end it")
+        if not 0 <= min_workers <= workers:
+            raise ValueError(
+                f"a range needs 1 <= MIN <= MAX, got {min_workers}:{workers}, e.g. '2:6'"
+            )
         with self.lock:
             if self.state in MASTER_END_STATES:
                 raise ValueError(f"the job is {self.state}")
-            return self.instances.scale(workers)
+            scaled = self.instances.scale(workers, min_workers=min_workers)
+            self.floor.check()
+            self.work_changed()  # (a lower MIN may free tasks held back)
+            return scaled
 
     def stop(self, reason: str) -> None:
         with self.lock:
@@ -162,6 +178,7 @@ class JobMaster:
     def worker_lost(self, worker_id: int) -> None:
         """A worker process ended (the instance manager says so)."""
         with self.lock:
+            self.floor.lost(worker_id)
             if self.strategy.worker_lost(worker_id):
                 self.release(worker_id)
 

@@ -39,6 +39,7 @@ class PsStrategy:
     pushes_before_more_work = True
     idle_wait_seconds = 0.05
     stops_unwanted_on_report = True
+    holds_below_floor = True
 
     def __init__(
         self,

@@ -86,6 +86,8 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         recovery.resume(master)
     else:
         master.instances.start()
+    with master.lock:
+        master.floor.check()  # (below a range's MIN until enough workers ask for work)
     threading.Thread(target=master.run, name="coordinator", daemon=True).start()
     while not master.finished.wait(0.5):  # a timed wait keeps signal handlers responsive
         pass

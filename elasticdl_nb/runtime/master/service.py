@@ -35,7 +35,8 @@ class MasterService(rpc.MasterServicer):
 
     def Scale(self, request, context):
         try:
-            return pb.JsonMessage(json=json.dumps(self.master.scale(request.workers)))
+            scaled = self.master.scale(request.workers, request.min_workers)
+            return pb.JsonMessage(json=json.dumps(scaled))
         except ValueError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 

@@ -48,7 +48,10 @@ EventSink = Callable[[InstanceEvent], None]
 class InstanceLauncher(Protocol):
     """What the master needs from a backend to run its instances."""
 
-    def launch(self, role: str, instance_id: int) -> None: ...
+    def launch(self, role: str, instance_id: int, elastic: bool = False) -> None:
+        """Start an instance; an `elastic` worker (above its range's MIN) runs at the
+        backend's lowest priority, where it has priorities."""
+        ...
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None: ...
 

@@ -65,6 +65,8 @@ class TrainingStrategy(Protocol):
     # Whether a worker the master no longer wants is told to stop in its progress reply
     # (an allreduce member is not: it leaves with the group at an agreed step).
     stops_unwanted_on_report: bool
+    # Whether training waits while fewer workers than a range's MIN run (worker_floor.py).
+    holds_below_floor: bool
 
     def ready_to_train(self) -> bool:
         """Whether the coordinator may start and judge epochs (PS: every PS came up)."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from elasticdl_nb.runtime.master.evaluation import metric_states
 from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind
+from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, Phase
 
 if TYPE_CHECKING:
     from elasticdl_nb.runtime.master.job_master import JobMaster
@@ -64,8 +64,10 @@ class TaskDesk:
                     return pb.Task(type=pb.FINISHED)
                 if not job.instances.takes_work(worker_id):
                     return job.strategy.task_for_unwanted(worker_id)
+                job.floor.asked(worker_id)
                 task = None
-                if job.epoch >= 0 and job.queue.todo:  # (an empty ask is not journaled)
+                held = job.phase == Phase.TRAINING and job.floor.held()  # (fewer than MIN)
+                if job.epoch >= 0 and job.queue.todo and not held:  # (empty asks: no journal)
                     task = job.queue.next_for(worker_id, tags={"seq": seq} if seq else None)
                 if task is not None:
                     return self._give(worker_id, seq, task)

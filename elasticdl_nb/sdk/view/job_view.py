@@ -44,6 +44,8 @@ from elasticdl_nb.vocabulary.events import (
     GroupSettledData,
     InstanceData,
     RelaunchData,
+    ScaleData,
+    WorkerFloorData,
     payload,
 )
 
@@ -124,6 +126,7 @@ class JobView:
         epochs: int | None = None,
         workers: int | None = None,
         ps: int | None = None,
+        min_workers: int = 0,
         log_lines: int = 200,
         loss_capacity: int = 1024,
         tensorboard_dir: str = "",
@@ -133,6 +136,9 @@ class JobView:
         self.backend = backend
         self.epochs = epochs
         self.workers = workers  # desired workers: the spec's, then each `scale` event's
+        self.min_workers = min_workers  # a range's MIN (0: a fixed number), the same way
+        # The newest `worker_floor` event's data: a range job below its MIN (`below`).
+        self.floor: dict[str, Any] = {}
         self.ps = ps
         self.state: str = JobState.STARTING
         self.reason = ""
@@ -159,6 +165,7 @@ class JobView:
         self.last_change: tuple[str, float] | None = None  # (cause, seconds)
         self.stragglers: dict[int, dict] = {}  # worker -> its `straggler` event's data
         self._live: set[int] = set()  # workers started or running
+        self._pending: dict[int, str] = {}  # workers waiting to be scheduled -> why
         self.master_restarts = 0
         self.timeline = Timeline()
         # Bumped when the table or the log change: a renderer redraws those only then.
@@ -179,6 +186,7 @@ class JobView:
             backend=spec.backend,
             epochs=spec.epochs,
             workers=spec.workers,
+            min_workers=spec.min_workers,
             ps=spec.parameter_servers,
             tensorboard_dir=str(files.tensorboard) if spec.tensorboard else "",
             **options,
@@ -206,7 +214,7 @@ class JobView:
         if handler is not None:
             handler(self, event)
         if event.kind in TIMELINE_KINDS:
-            self.timeline.apply(event, len(self._live), self.workers)
+            self.timeline.apply(event, len(self._live), self.workers, len(self._pending))
         line = describe(event)
         return self.add_log(event.seq, event.time, line, error=_is_error(event)) if line else None
 
@@ -268,7 +276,12 @@ class JobView:
             self.evaluating = None
 
     def _on_scale(self, event: Event) -> None:
-        self.workers = event.data["workers_to"]
+        d = payload(event, ScaleData)
+        self.workers = d["workers_to"]
+        self.min_workers = d.get("min_workers", 0)
+
+    def _on_worker_floor(self, event: Event) -> None:
+        self.floor = dict(payload(event, WorkerFloorData))
 
     def _on_group(self, event: Event) -> None:
         self.group_version = event.data["version"]
@@ -295,6 +308,12 @@ class JobView:
         live = d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING)
         if d["role"] == Role.WORKER:
             (self._live.add if live else self._live.discard)(row.id)
+            if d["kind"] == InstanceState.PENDING:
+                self._pending[row.id] = d.get("reason", "")
+            else:
+                self._pending.pop(row.id, None)
+        if d["kind"] == InstanceState.PENDING:
+            row.reason = d.get("reason", "")
         if live:
             row.exit_code, row.signal = None, None
             if d["kind"] == InstanceState.STARTED:
@@ -339,6 +358,7 @@ class JobView:
         EventKind.EVALUATION_STARTED: _on_evaluation_started,
         EventKind.EVALUATION: _on_evaluation,
         EventKind.SCALE: _on_scale,
+        EventKind.WORKER_FLOOR: _on_worker_floor,
         EventKind.GROUP: _on_group,
         EventKind.GROUP_SETTLED: _on_group_settled,
         EventKind.INSTANCE: _on_instance,
@@ -391,6 +411,25 @@ class JobView:
         """Workers started or running, as their newest `instance` events said."""
         return len(self._live)
 
+    def pending_workers(self) -> dict[int, str]:
+        """Workers waiting to be scheduled or started, and why (the scheduler's own
+        words: "unschedulable: 0/1 nodes are available: 1 Insufficient cpu.")."""
+        return dict(self._pending)
+
+    def workers_text(self) -> str:
+        """What the job asks for: '3', or the range '2:6' ('?' when not known)."""
+        if self.workers is None:
+            return "?"
+        return f"{self.min_workers}:{self.workers}" if self.min_workers else str(self.workers)
+
+    def waiting_for_workers(self) -> str:
+        """Why training waits for workers ('' when it does not): a range job below MIN."""
+        d = self.floor
+        if self.ended or not d.get("below"):
+            return ""
+        what = "training waits" if d.get("held") else "the group goes on"
+        return f"{d['running']} of at least {d['min']} workers running: {what}"
+
     def parameter_servers(self) -> int:
         """The job's PS: as its spec says, else (a job whose files are not visible here)
         as many as the journal has named."""
@@ -424,12 +463,25 @@ class JobView:
                 "fraction": self.fraction_done(),
                 "records_per_second": self.records_per_second(),
             },
-            "workers": {"live": self.live_workers(), "desired": self.workers or 0},
+            "workers": self.workers_summary(),
             "ps": self.parameter_servers(),
             "metrics": dict(self.last_metrics),
             "goodput": self.goodput(),
             "master_restarts": self.master_restarts,
             "stragglers": sorted(self.stragglers),
+        }
+
+    def workers_summary(self) -> dict[str, Any]:
+        """Live, pending and desired workers, a range's MIN, why the newest pending one
+        waits, and whether training waits for workers."""
+        pending = self.pending_workers()
+        return {
+            "live": self.live_workers(),
+            "desired": self.workers or 0,
+            "min": self.min_workers,
+            "pending": len(pending),
+            "pending_reason": pending[max(pending)] if pending else "",
+            "waiting": self.waiting_for_workers(),
         }
 
     def rows(self) -> list[InstanceRow]:
@@ -448,6 +500,7 @@ class JobView:
                 "elapsed": self.elapsed(now),
                 "eta": self.eta(now),
                 "workers": (self.live_workers(), self.workers),
+                "workers_summary": self.workers_summary(),
                 "group": (self.group_version, self.group_members, self.last_change),
                 "goodput": self.goodput(),
                 "master_restarts": self.master_restarts,
@@ -461,6 +514,7 @@ class JobView:
             "timeline": {
                 "live": self.timeline.live.xy(),
                 "desired": self.timeline.desired.xy(),
+                "pending": self.timeline.pending.xy(),
                 "marks": list(self.timeline.marks),
             },
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from elasticdl_nb.vocabulary import (
     INSTANCE_ENDED,
@@ -69,12 +70,29 @@ def times_median(straggler: dict) -> str:
 
 
 def job_figures(
-    goodput: float | None, live: int, desired: int | None, stragglers: dict[int, dict]
+    goodput: float | None, workers: dict[str, Any], stragglers: dict[int, dict]
 ) -> list[str]:
-    """The parts of a progress line after the progress itself: goodput, live/desired
-    workers, stragglers (the text progress and the dashboard say the same)."""
-    parts = [format_goodput(goodput), f"workers {live}/{desired if desired else '?'}"]
+    """The parts of a progress line after the progress itself: goodput, the workers
+    (`JobView.workers_summary`), stragglers (the text progress and the dashboard say the
+    same)."""
+    parts = [format_goodput(goodput), format_workers(workers)]
     return [p for p in (*parts, format_stragglers(stragglers)) if p]
+
+
+def format_workers(w: dict[str, Any]) -> str:
+    """'workers 3/4 (range 2:4), 1 pending: unschedulable: 0/1 nodes are available: 1
+    Insufficient cpu.', from a `JobView.workers_summary`; then why training waits."""
+    desired = w.get("desired") or "?"
+    text = f"workers {w['live']}/{desired}"
+    if w.get("min"):
+        text += f" (range {w['min']}:{desired})"
+    if w.get("pending"):
+        text += f", {w['pending']} pending"
+        if w.get("pending_reason"):
+            text += f": {w['pending_reason']}"
+    if w.get("waiting"):
+        text += f"; waiting for workers: {w['waiting']}"
+    return text
 
 
 def _number(value: object) -> str:
@@ -176,8 +194,15 @@ _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
     ),
     EventKind.SCALE: lambda d: (
         f"scaling workers {d['workers_from']} -> {d['workers_to']}"
-        if d["workers_from"] != d["workers_to"]
+        + (f" (range {d['min_workers']}:{d['workers_to']})" if d.get("min_workers") else "")
+        if d["workers_from"] != d["workers_to"] or d.get("min_workers")
         else None
+    ),
+    EventKind.WORKER_FLOOR: lambda d: (
+        f"waiting for workers: {d['running']} of at least {d['min']} running"
+        + ("; training waits for them" if d["held"] else "; the group goes on with them")
+        if d["below"]
+        else f"{d['running']} workers running (at least {d['min']}): training goes on"
     ),
     EventKind.EVALUATION: _evaluation,
     EventKind.EXPORT: _export,

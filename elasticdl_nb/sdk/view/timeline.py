@@ -1,11 +1,11 @@
 """`Timeline`: the workers over time, with the faults and relaunches on the way (the
 dashboard's second chart), kept by the `JobView` as it folds the journal.
 
-Times are seconds since the job's first event. The live and desired worker counts are
-kept as their changes (a step line), in bounded `Series`; the marks (a worker, a PS or the
-master lost, a relaunch, a straggler flagged) in a bounded deque of the newest. Which
-workers are live is the view's to say (one rule for every reader); the timeline only
-records how that number moved.
+Times are seconds since the job's first event. The live, desired and pending worker counts
+(pending: waiting for the scheduler to place them) are kept as their changes (a step line),
+in bounded `Series`; the marks (a worker, a PS or the master lost, a relaunch, a straggler
+flagged) in a bounded deque of the newest. Which workers are live is the view's to say (one
+rule for every reader); the timeline only records how that number moved.
 """
 
 from __future__ import annotations
@@ -38,19 +38,21 @@ class Mark:
 
 
 class Timeline:
-    """Live and desired workers over time, and the marks on the way. `apply(event, live,
-    desired)` with the live and desired workers after the event."""
+    """Live, desired and pending workers over time, and the marks on the way.
+    `apply(event, live, desired, pending)` with the counts after the event."""
 
     def __init__(self, capacity: int = 512, marks: int = 200):
         self.origin: float | None = None  # the time of the job's first event
         self.live = Series(capacity)  # (min-max buckets: a dip stays visible)
         self.desired = Series(capacity)
+        self.pending = Series(capacity)
         self.marks: deque[Mark] = deque(maxlen=marks)
         self.version = 0  # bumped on every change: a renderer redraws only then
         self._live: int | None = None
         self._desired: int | None = None
+        self._pending: int | None = None
 
-    def apply(self, event: Event, live: int, desired: int | None) -> None:
+    def apply(self, event: Event, live: int, desired: int | None, pending: int = 0) -> None:
         if self.origin is None:
             self.origin = event.time
         at = round(event.time - self.origin, 3)
@@ -62,20 +64,25 @@ class Timeline:
             self.desired.add(at, desired)
             self._desired = desired
             self.version += 1
+        if pending != self._pending and (pending or self._pending is not None):
+            self.pending.add(at, pending)  # (from the first pending worker on)
+            self._pending = pending
+            self.version += 1
         mark = _mark(event)
         if mark is not None:
             self.marks.append(Mark(at, mark[0], mark[1], live))
             self.version += 1
 
-    def now(self) -> tuple[int | None, int | None]:
-        """The live and desired workers as of the newest event."""
-        return self._live, self._desired
+    def now(self) -> tuple[int | None, int | None, int | None]:
+        """The live, desired and pending workers as of the newest event."""
+        return self._live, self._desired, self._pending
 
     def traces(self, until: float) -> list[Trace]:
-        """The chart's traces: live, desired, then one per kind of mark (`MARK_KINDS`);
-        the lines go on to `until` (seconds since the first event), a running job's now."""
+        """The chart's traces: live, desired, pending, then one per kind of mark
+        (`MARK_KINDS`); the lines go on to `until` (seconds since the first event), a
+        running job's now."""
         lines = []
-        for series, current in zip((self.live, self.desired), self.now()):
+        for series, current in zip((self.live, self.desired, self.pending), self.now()):
             xs, ys = (list(values) for values in series.xy())
             if xs and current is not None and until > xs[-1]:
                 xs.append(round(until, 3))
