@@ -193,6 +193,10 @@ def test_the_view_shows_pending_workers_with_the_schedulers_reason_and_the_floor
         "waiting": "0 of at least 2 workers running: training waits",
     }
     assert view.timeline.now() == (3, 4, 1)
+    status = master.status()  # (what Job.status() returns)
+    assert status["pending_workers"] == [{"id": 3, "reason": UNSCHEDULABLE}]
+    assert (status["min_workers"], status["desired_workers"]) == (2, 4)
+    assert status["waiting_for_workers"] is True
     assert f"worker 3 pending: {UNSCHEDULABLE}" in out.getvalue()
     assert "waiting for workers: 0 of at least 2 running; training waits" in out.getvalue()
     ask(master, 0), ask(master, 1)  # two ask for work: enough

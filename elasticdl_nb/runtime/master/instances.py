@@ -131,6 +131,15 @@ class InstanceManager:
         """Workers that are running and not being retired."""
         return [i.instance_id for i in self.live(Role.WORKER) if not i.expected_exit]
 
+    def pending_workers(self) -> dict[int, str]:
+        """Workers waiting to be scheduled or started, and why (the scheduler's words)."""
+        with self._lock:
+            return {
+                i.instance_id: i.waiting
+                for i in self.live(Role.WORKER)
+                if i.state == InstanceState.PENDING and not i.expected_exit
+            }
+
     def takes_work(self, worker_id: int) -> bool:
         """Whether the worker may be given tasks: known, not retiring, and not ended. A
         dead worker's GetTask can still be in the master's hands (sent just before it

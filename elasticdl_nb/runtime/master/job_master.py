@@ -261,6 +261,12 @@ class JobMaster:
                 **self.progress_fields(),
                 "workers": len(self.instances.active_workers()),
                 "desired_workers": self.instances.desired_workers,
+                "min_workers": self.instances.min_workers,
+                "pending_workers": [
+                    {"id": worker, "reason": why}
+                    for worker, why in sorted(self.instances.pending_workers().items())
+                ],
+                "waiting_for_workers": self.floor.held(),
                 "ps": self.spec.parameter_servers,
                 "instances": self.instances.table(),
                 "metrics": self.evaluations.last_metrics,
