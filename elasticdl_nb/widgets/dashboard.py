@@ -19,7 +19,8 @@ with the curves when they changed, and every `TIMELINE_EXTEND_S` to draw the lin
 now) and `details` (instances table and event log, one HTML widget, only when they
 changed, at the same slower pace). Below them, set once, where the job's TensorBoard log
 is and the lines that show it (`tensorboard`). Their HTML is drawn by dashboard_html.py.
-Controls: a worker count with "Scale", and "Stop", which asks for a second click first.
+Controls: a worker count N or range MIN:MAX with "Scale" (checked before it is sent), and
+"Stop", which asks for a second click first.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from elasticdl_nb.sdk.view.timeline import (
     STRAGGLER,
     WORKER_LOST,
 )
+from elasticdl_nb.spec import SpecError, worker_range
 from elasticdl_nb.vocabulary import JobState
 from elasticdl_nb.widgets.dashboard_html import (
     ERROR_COLOR,
@@ -123,14 +125,18 @@ class Dashboard:
         self.status = W.HTML()
         self.details = W.HTML()
         self.notice = W.HTML()
-        self.workers_input = W.BoundedIntText(
-            value=max(1, self.view.workers or 1),
-            min=1,
-            max=1024,
+        # A number N or a range MIN:MAX, checked on Scale; it follows the job's own
+        # (`workers_text`) until someone types another.
+        self._workers_shown = self.view.workers_text()
+        self.workers_input = W.Text(
+            value=self._workers_shown,
+            placeholder="N or MIN:MAX",
             description="workers",
             layout=W.Layout(width="150px"),
         )
-        self.scale_button = W.Button(description="Scale", tooltip="set the number of workers")
+        self.scale_button = W.Button(
+            description="Scale", tooltip="set the number of workers: N, or a range MIN:MAX"
+        )
         self.stop_button = W.Button(
             description="Stop", button_style="warning", tooltip="stop the job"
         )
@@ -267,6 +273,7 @@ class Dashboard:
             view = self.view
             status = status_html(view, time.time())
             ended = view.ended
+            workers = view.workers_text()
             if slow:
                 self._last_slow = now
                 # Evaluation curves get their own names: an evaluation usually reports a
@@ -289,6 +296,7 @@ class Dashboard:
         sent = 0
         with self._push_lock:
             sent += self._set(self.status, value=status)
+            sent += self._follow_workers(workers)
             if details is not None:
                 sent += self._set(self.details, value=details)
             if curves or timeline:
@@ -302,6 +310,15 @@ class Dashboard:
             if sent:
                 self.renders += 1
         return sent
+
+    def _follow_workers(self, workers: str) -> int:
+        """Show the job's workers (after a scale from elsewhere too) in the workers box,
+        unless it holds something else that someone typed."""
+        if workers == self._workers_shown:
+            return 0
+        typed = self.workers_input.value.strip() not in ("", self._workers_shown)
+        self._workers_shown = workers
+        return 0 if typed else self._set(self.workers_input, value=workers)
 
     def _disable_controls(self) -> int:
         """A job that has ended can be neither scaled nor stopped: its controls are greyed
@@ -375,11 +392,15 @@ class Dashboard:
 
     def _on_scale(self, _button: Any = None) -> None:
         self._disarm_stop()
-        n = int(self.workers_input.value)
+        text = self.workers_input.value.strip()
+        problem = scale_problem(text)
+        if problem:
+            self._say(problem, error=True)
+            return
         self._in_background(
-            f"scaling to {n} workers…",
-            lambda: self.job.scale(n),
-            lambda r: f"workers {r.get('workers_from', '?')} → {r.get('workers_to', n)}",
+            f"scaling to {text} workers…",
+            lambda: self.job.scale(text),
+            lambda r: f"workers {r.get('workers_from', '?')} → {scaled_to(r, text)}",
         )
 
     def _on_stop(self, _button: Any = None) -> None:
@@ -417,6 +438,26 @@ class Dashboard:
 
         self._action = threading.Thread(target=run, name="edl-dashboard-control", daemon=True)
         self._action.start()
+
+
+def scale_problem(text: str) -> str:
+    """Why `text` cannot be given to `job.scale` ('' when it can): a number of workers
+    N >= 1 or a range MIN:MAX with 1 <= MIN <= MAX."""
+    try:
+        _low, high = worker_range(text)
+    except SpecError as exc:
+        return str(exc)
+    if not isinstance(high, int) or high < 1:
+        return f"workers={text!r}: give N >= 1 (e.g. 3) or a range MIN:MAX (e.g. 2:6)."
+    return ""
+
+
+def scaled_to(result: dict, asked: str) -> str:
+    """What a scale's answer says the job now asks for: '5', or the range '2:5'."""
+    if "workers_to" not in result:
+        return asked
+    low = result.get("min_workers") or 0
+    return f"{low}:{result['workers_to']}" if low else str(result["workers_to"])
 
 
 def metric_axis(curve: str) -> str:

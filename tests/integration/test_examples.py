@@ -34,7 +34,7 @@ def _dashboard_shown(outputs: list, state: dict) -> None:
     by_kind: dict[str, list] = {}
     for model in state.values():
         by_kind.setdefault(model["model_name"], []).append(model["state"])
-    assert {"HTMLModel", "ButtonModel", "BoundedIntTextModel", "AnyModel"} <= set(by_kind)
+    assert {"HTMLModel", "ButtonModel", "TextModel", "AnyModel"} <= set(by_kind)
     html = " ".join(m.get("value", "") for m in by_kind["HTMLModel"])
     # The final state: the job succeeded, the bar is full, the table lists the instances.
     assert 'role="progressbar"' in html and 'aria-valuenow="100.0"' in html

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import pytest
 
 from elasticdl_nb.runtime.master.journal import Event
-from elasticdl_nb.spec import JobSpec
+from elasticdl_nb.spec import JobSpec, worker_range
 from elasticdl_nb.widgets import show, widget_frontend_available
 from elasticdl_nb.widgets.dashboard import Dashboard
 from elasticdl_nb.widgets.live_figure import LiveFigure
@@ -53,7 +53,8 @@ class FakeJob:
         self.calls.append(("scale", workers))
         if self.scale_error:
             raise self.scale_error
-        return {"workers_from": 2, "workers_to": workers}
+        low, high = worker_range(workers)  # as Job.scale, and the master's answer
+        return {"workers_from": 2, "workers_to": high, **({"min_workers": low} if low else {})}
 
     def stop(self):
         self.calls.append(("stop",))
@@ -236,25 +237,74 @@ def test_scale_and_stop_buttons_call_the_job(tmp_path, sent):
     def settle():
         dash._action.join(5)
 
-    dash.workers_input.value = 5
+    assert dash.workers_input.value == "2"  # the job's own, as the view says it
+    dash.workers_input.value = "5"
     dash.scale_button.click()
     settle()
-    assert job.calls == [("scale", 5)]
+    assert job.calls == [("scale", "5")]
     assert "workers 2 → 5" in dash.notice.value
 
+    # A range: the text goes to job.scale as it is, the answer names the range.
+    dash.workers_input.value = " 2:6 "
+    dash.scale_button.click()
+    settle()
+    assert job.calls == [("scale", "5"), ("scale", "2:6")]
+    assert "workers 2 → 2:6" in dash.notice.value and "#c62828" not in dash.notice.value
+
+    # What is not a number of workers nor a range is refused here, as an error beside
+    # the buttons (no traceback, no call to the job).
+    for bad, why in [
+        ("6:2", "a range needs 1 &lt;= MIN &lt;= MAX"),
+        ("0:3", "a range needs 1 &lt;= MIN &lt;= MAX"),
+        ("two", "is not a number of workers"),
+        ("2:", "is not a number of workers"),
+        ("0", "give N &gt;= 1"),
+        ("", "give N &gt;= 1"),
+    ]:
+        dash.workers_input.value = bad
+        dash.scale_button.click()
+        assert dash._action is None or not dash._action.is_alive()
+        assert why in dash.notice.value and "#c62828" in dash.notice.value, (bad, dash.notice)
+    assert job.calls == [("scale", "5"), ("scale", "2:6")]
+
     dash.stop_button.click()  # the first click only asks for confirmation
-    assert job.calls == [("scale", 5)]
+    assert job.calls == [("scale", "5"), ("scale", "2:6")]
     assert dash.stop_button.description == "Confirm stop"
     dash.stop_button.click()
     settle()
-    assert job.calls == [("scale", 5), ("stop",)]
+    assert job.calls == [("scale", "5"), ("scale", "2:6"), ("stop",)]
     assert dash.stop_button.description == "Stop" and "job stopped" in dash.notice.value
 
     job.scale_error = ValueError("Cannot scale job 'ctl': it is succeeded")
+    dash.workers_input.value = "3"
     dash.scale_button.click()
     settle()
     assert "Cannot scale job &#x27;ctl&#x27;: it is succeeded" in dash.notice.value
     assert "#c62828" in dash.notice.value  # shown as an error
+
+
+def test_the_workers_box_follows_the_job_unless_someone_typed_in_it(tmp_path, sent):
+    events = training_events(100, state="running")
+    job = FakeJob(tmp_path, "follow", events[:-1])
+    dash = Dashboard(job, interval=60)  # (no render of its own: the test renders)
+    assert dash.join(5)
+    dash.render()
+    assert dash.workers_input.value == "2"
+
+    def scaled(low, high):  # a scale from elsewhere (the sidebar, %elasticdl scale)
+        data = dict(workers_from=2, workers_to=high, reason="requested", min_workers=low)
+        dash.view.apply(Event(dash.view.last_seq + 1, 2000.0, "scale", data))
+        dash.render()
+
+    scaled(2, 4)
+    assert dash.workers_input.value == "2:4"
+    dash.workers_input.value = "3"  # someone is choosing
+    scaled(2, 5)
+    assert dash.workers_input.value == "3"
+    dash.workers_input.value = "2:5"  # back to the job's own: it follows again
+    scaled(0, 6)
+    assert dash.workers_input.value == "6"
+    dash._closed = True
 
 
 def test_an_error_in_the_event_thread_shows_in_the_widget(tmp_path, sent):
