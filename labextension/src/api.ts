@@ -36,6 +36,22 @@ export interface IJobProgress {
   records_per_second: number;
 }
 
+/** A job's workers (`JobView.workers_summary` in elasticdl_nb/sdk/view/job_view.py). */
+export interface IWorkers {
+  /** Started or running. */
+  live: number;
+  /** Asked for: the number, or a range's MAX. */
+  desired: number;
+  /** A range's MIN (workers="2:6"); 0 or absent: a fixed number. */
+  min?: number;
+  /** Waiting to be scheduled or started. */
+  pending?: number;
+  /** Why the newest pending worker waits, in the scheduler's words ('' if not known). */
+  pending_reason?: string;
+  /** Why training waits for workers ('' when it does not): a range job below its MIN. */
+  waiting?: string;
+}
+
 /** A job as the list shows it (`job_summary` in elasticdl_nb/server/summary.py). */
 export interface IJobSummary {
   name: string;
@@ -48,7 +64,7 @@ export interface IJobSummary {
   /** When the job was created, in Unix seconds (in the list; a stop's answer has none). */
   created?: number;
   progress?: IJobProgress;
-  workers?: { live: number; desired: number };
+  workers?: IWorkers;
   ps?: number;
   metrics?: Record<string, number>;
   /**

@@ -1,6 +1,7 @@
 /**
- * One job in the sidebar: name, state, progress bar, live/desired workers, PS count,
- * age, goodput and master restarts, with its controls (scale, logs, attach, stop).
+ * One job in the sidebar: name, state, progress bar, live/desired workers (and a range's
+ * MIN:MAX), pending workers and why they wait, PS count, age, goodput and master
+ * restarts, with its controls (scale, logs, attach, stop).
  *
  * A row is built once per job and updated in place at every refresh, so that a number
  * being typed into the workers field, or the keyboard focus, survives the refresh.
@@ -9,8 +10,10 @@
  *
  *     li.edl-job[data-job-name][data-state]
  *       .edl-job-state[data-state]   .edl-progress[role=progressbar][aria-valuenow: 0..100]
- *       .edl-job-workers[data-live][data-desired]   .edl-job-ps   .edl-job-age
+ *       .edl-job-workers[data-live][data-desired][data-min: 0 = no range]
+ *       .edl-job-pending[data-pending]   .edl-job-ps   .edl-job-age
  *       .edl-job-goodput[data-goodput: 0..1]   .edl-job-restarts[data-restarts]
+ *       .edl-job-pending-reason   .edl-job-workers-waiting   .edl-job-message
  *       button[data-action=scale-down|scale-up|scale-apply|logs|attach|stop]
  *       input.edl-workers-input
  */
@@ -63,7 +66,7 @@ export class JobRow {
     const facts = element('div', 'edl-job-facts');
     this._epoch = element('span', 'edl-job-epoch');
     this._workers = element('span', 'edl-job-workers');
-    this._workers.title = 'live / desired workers';
+    this._pending = element('span', 'edl-job-pending');
     this._ps = element('span', 'edl-job-ps');
     this._age = element('span', 'edl-job-age');
     this._goodput = element('span', 'edl-job-goodput');
@@ -74,12 +77,18 @@ export class JobRow {
     facts.append(
       this._epoch,
       this._workers,
+      this._pending,
       this._ps,
       this._age,
       this._goodput,
       this._restarts
     );
 
+    // Why the newest pending worker waits (the scheduler's words), and why training
+    // waits for workers (a range job below its MIN): each a line of its own.
+    this._pendingReason = element('div', 'edl-job-pending-reason');
+    this._workersWaiting = element('div', 'edl-job-workers-waiting');
+    this._workersWaiting.setAttribute('role', 'status');
     this._message = element('div', 'edl-job-message');
 
     const controls = element('div', 'edl-job-actions');
@@ -105,7 +114,15 @@ export class JobRow {
     buttons.append(this._logs, this._attach, this._stop);
     controls.append(this._scaleGroup, buttons);
 
-    this.node.append(header, this._progress, facts, this._message, controls);
+    this.node.append(
+      header,
+      this._progress,
+      facts,
+      this._pendingReason,
+      this._workersWaiting,
+      this._message,
+      controls
+    );
     this._wire();
     this.update(job);
   }
@@ -140,11 +157,36 @@ export class JobRow {
           : '')
       : '';
 
-    const live = job.workers?.live ?? 0;
-    const desired = job.workers?.desired ?? 0;
+    const workers = job.workers;
+    const live = workers?.live ?? 0;
+    const desired = workers?.desired ?? 0;
+    const min = workers?.min ?? 0;
     this._workers.dataset.live = String(live);
     this._workers.dataset.desired = String(desired);
-    this._workers.textContent = job.workers ? `workers ${live}/${desired}` : '';
+    this._workers.dataset.min = String(min);
+    this._workers.textContent = workers
+      ? `workers ${live}/${desired}` + (min > 0 ? ` (${min}:${desired})` : '')
+      : '';
+    this._workers.title =
+      min > 0
+        ? `live / desired workers; the range ${min}:${desired}: ` +
+          `trains with ${min} or more, up to ${desired}`
+        : 'live / desired workers';
+    // Pending workers and waiting for them mean nothing once the job is over.
+    const over = this.isFinal(state);
+    const pending = over ? 0 : (workers?.pending ?? 0);
+    const reason = pending > 0 ? (workers?.pending_reason ?? '') : '';
+    this._pending.dataset.pending = String(pending);
+    this._pending.textContent = pending > 0 ? `${pending} pending` : '';
+    this._pending.title = reason
+      ? `workers waiting to be scheduled: ${reason}`
+      : 'workers waiting to be scheduled';
+    this._pendingReason.textContent = reason ? `pending: ${reason}` : '';
+    this._pendingReason.title = reason;
+    this._pendingReason.hidden = !reason;
+    const waiting = over ? '' : (workers?.waiting ?? '');
+    this._workersWaiting.textContent = waiting;
+    this._workersWaiting.hidden = !waiting;
     this._ps.textContent = job.ps !== undefined ? `${job.ps} PS` : '';
     this._age.textContent = job.created ? formatAge(now - job.created) : '';
     this._age.title = job.created
@@ -265,6 +307,9 @@ export class JobRow {
   private readonly _fill: HTMLDivElement;
   private readonly _epoch: HTMLSpanElement;
   private readonly _workers: HTMLSpanElement;
+  private readonly _pending: HTMLSpanElement;
+  private readonly _pendingReason: HTMLDivElement;
+  private readonly _workersWaiting: HTMLDivElement;
   private readonly _ps: HTMLSpanElement;
   private readonly _age: HTMLSpanElement;
   private readonly _goodput: HTMLSpanElement;
