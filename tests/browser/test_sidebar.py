@@ -2,7 +2,9 @@
 a notebook starts a job; the sidebar shows it with advancing progress, scales it to 3
 workers, shows its goodput and that its master was replaced (SIGKILLed), opens its logs,
 inserts `%elasticdl attach NAME` into the notebook, stops it after the confirmation
-dialog, and rides out a server that stops answering.
+dialog, and rides out a server that stops answering. And, from a job list the test
+serves itself (no job runs), a worker range with a pending worker, the scheduler's reason
+and training waiting for workers.
 
 The screenshots go to the test's directory; with ELASTICDL_NB_UPDATE_DOCS=1 they also
 replace docs/sidebar-running.png and docs/sidebar-stopped.png.
@@ -18,8 +20,14 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from elasticdl_nb.runtime.master.journal import Event
+from elasticdl_nb.sdk.view import JobView
+from elasticdl_nb.server.summary import _summary
+from elasticdl_nb.vocabulary import FINAL_STATES
 
 pytestmark = pytest.mark.slow
 
@@ -308,3 +316,97 @@ def test_the_sidebar_follows_scales_attaches_and_stops_a_job(lab, browser, tmp_p
     assert not errors, errors
     unexpected = [m for m in console if "elasticdl" in m.lower() and "Failed to load" not in m]
     assert not unexpected, unexpected
+
+
+UNSCHEDULABLE = "unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
+
+
+def _served_summary(name: str, workers: int, min_workers: int, events: list) -> dict:
+    """What the server's list says of a running job whose journal holds `events`: its
+    summary as elasticdl_nb/server/summary.py makes it, from a view of those events."""
+    view = JobView(name, backend="kubernetes", workers=workers, min_workers=min_workers)
+    for seq, (kind, data) in enumerate(events):
+        view.apply(Event(seq, 1000.0 + seq, kind, data))
+    job = SimpleNamespace(name=name, backend="kubernetes", created=time.time() - 300)
+    return _summary(job, {"state": "running"}, view)
+
+
+def test_the_sidebar_shows_a_worker_range_pending_workers_and_why_training_waits(
+    lab, browser, tmp_path, request
+):
+    """No job runs: the test serves the job list itself, from views of made-up journals."""
+    ranged = f"range-{secrets.token_hex(3)}"
+    waiting = [
+        ("instance", {"role": "worker", "id": 0, "kind": "running"}),
+        ("instance", {"role": "worker", "id": 1, "kind": "pending", "reason": UNSCHEDULABLE}),
+        ("worker_floor", {"running": 1, "min": 2, "below": True, "held": True}),
+    ]
+    running = [("instance", {"role": "worker", "id": i, "kind": "running"}) for i in range(3)]
+    listed = {
+        "jobs": [
+            _served_summary(ranged, 4, 2, waiting),
+            _served_summary("fixed", 3, 0, running),
+        ],
+        "final_states": sorted(FINAL_STATES),
+    }
+    assert listed["jobs"][0]["workers"]["pending_reason"] == UNSCHEDULABLE  # (the server's)
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    request.addfinalizer(page.close)
+    request.addfinalizer(lambda: page.screenshot(path=str(tmp_path / "last-page.png")))
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.route(
+        "**/elasticdl/api/jobs*",
+        lambda route: (
+            route.fulfill(json=listed) if route.request.method == "GET" else route.abort("failed")
+        ),
+    )
+    page.goto(f"{lab.url}/lab/workspaces/{ranged}?reset&token={lab.token}")
+    page.locator(".jp-SideBar.jp-mod-left li[data-id='elasticdl-nb-sidebar']").click(
+        timeout=3 * MINUTE
+    )
+    row = page.locator(f".edl-job[data-job-name='{ranged}']")
+    row.wait_for(timeout=MINUTE)
+
+    # The range, one pending worker and why (the scheduler's words, as text and as the
+    # count's tooltip), and that training waits for workers, as a warning line.
+    workers = row.locator(".edl-job-workers")
+    assert workers.inner_text() == "workers 1/4 (2:4)"
+    assert (workers.get_attribute("data-min"), workers.get_attribute("data-desired")) == ("2", "4")
+    pending = row.locator(".edl-job-pending")
+    assert pending.inner_text() == "1 pending" and pending.get_attribute("data-pending") == "1"
+    assert UNSCHEDULABLE in pending.get_attribute("title")
+    reason = row.locator(".edl-job-pending-reason")
+    assert reason.is_visible() and reason.inner_text() == f"pending: {UNSCHEDULABLE}"
+    warning = row.locator(".edl-job-workers-waiting")
+    assert warning.is_visible()
+    assert warning.inner_text() == "1 of at least 2 workers running: training waits"
+    assert UNSCHEDULABLE in row.inner_text()
+
+    # A fixed number of workers, all running: no range, nothing pending, no warning.
+    fixed = page.locator(".edl-job[data-job-name='fixed']")
+    assert fixed.locator(".edl-job-workers").inner_text() == "workers 3/3"
+    assert fixed.locator(".edl-job-workers").get_attribute("data-min") == "0"
+    assert fixed.locator(".edl-job-pending").is_hidden()
+    assert fixed.locator(".edl-job-pending-reason").is_hidden()
+    assert fixed.locator(".edl-job-workers-waiting").is_hidden()
+
+    # The pending worker starts: the next refresh drops the reason and the warning.
+    listed["jobs"][0] = _served_summary(
+        ranged,
+        4,
+        2,
+        [
+            *waiting,
+            ("instance", {"role": "worker", "id": 1, "kind": "running"}),
+            ("worker_floor", {"running": 2, "min": 2, "below": False, "held": False}),
+        ],
+    )
+    page.wait_for_selector(
+        f".edl-job[data-job-name='{ranged}'] .edl-job-workers[data-live='2']", timeout=MINUTE
+    )
+    assert workers.inner_text() == "workers 2/4 (2:4)"
+    assert pending.is_hidden() and reason.is_hidden() and warning.is_hidden()
+    page.screenshot(path=str(tmp_path / "sidebar-range.png"))
+    assert not errors, errors
