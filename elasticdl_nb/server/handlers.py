@@ -25,6 +25,7 @@ from elasticdl_nb.sdk import attach, jobs
 from elasticdl_nb.server.events_socket import EventsSocket
 from elasticdl_nb.server.sdk_calls import call, find_job
 from elasticdl_nb.server.summary import VIEWS, job_detail, job_summary, remote_summary
+from elasticdl_nb.spec import SpecError, worker_range
 from elasticdl_nb.vocabulary import FINAL_STATES
 
 RESOURCE = "elasticdl"
@@ -91,13 +92,17 @@ class JobHandler(JobsAPIHandler):
     async def patch(self, name: str) -> None:
         job = await find_job(name, self.namespace)
         try:
-            workers = int(json.loads(self.request.body or b"{}")["workers"])
-        except (ValueError, KeyError, TypeError):
-            raise web.HTTPError(400, 'send {"workers": N}, N a whole number') from None
-        if workers < 0:
-            raise web.HTTPError(400, "workers must be 0 or more, not %d", workers)
+            workers = json.loads(self.request.body or b"{}")["workers"]
+            low, high = worker_range(workers if isinstance(workers, str) else int(workers))
+        except (ValueError, KeyError, TypeError, SpecError):
+            raise web.HTTPError(
+                400, 'send {"workers": N} or {"workers": "MIN:MAX"}, whole numbers'
+            ) from None
+        if high < 0:
+            raise web.HTTPError(400, "workers must be 0 or more, not %d", high)
+        asked = high if low is None else f"{low}:{high}"
         # A ValueError here is the job's state (not running): the SDK says why.
-        self.reply(await call(job.scale, workers, invalid=409))
+        self.reply(await call(job.scale, asked, invalid=409))
 
     @web.authenticated
     @authorized

@@ -2,7 +2,7 @@
  * The client of the server extension's job API (elasticdl_nb/server/):
  *
  *     GET    {base}elasticdl/api/jobs               the jobs, and which states are final
- *     PATCH  {base}elasticdl/api/jobs/{name}        {"workers": N}: scale
+ *     PATCH  {base}elasticdl/api/jobs/{name}        {"workers": N or "MIN:MAX"}: scale
  *     DELETE {base}elasticdl/api/jobs/{name}        stop
  *     GET    {base}elasticdl/api/jobs/{name}/logs   ?role=&index=&tail=
  *
@@ -135,10 +135,15 @@ export class JobsClient {
   }
 
   /**
-   * Ask for `workers` workers; the job adds or removes them over the next seconds.
+   * Ask for `workers` workers (N, or a range "MIN:MAX"); the job adds or removes them
+   * over the next seconds.
    * `namespace`: where a job another notebook started is (see `IJobSummary.remote`).
    */
-  scale(name: string, workers: number, namespace = ''): Promise<IScaleResult> {
+  scale(
+    name: string,
+    workers: number | string,
+    namespace = ''
+  ): Promise<IScaleResult> {
     return this.request<IScaleResult>(
       jobPath(name),
       queryString({ namespace }),

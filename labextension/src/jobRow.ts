@@ -22,7 +22,7 @@ import { IJobSummary, JobState } from './api';
 /** What the row's buttons do; the panel provides it. */
 export interface IJobActions {
   /** Ask for `workers` workers. */
-  scale(job: IJobSummary, workers: number): Promise<void>;
+  scale(job: IJobSummary, workers: number | string): Promise<void>;
   /** Stop the job (after asking the user). */
   stop(job: IJobSummary): Promise<void>;
   /** Open the job's logs in the main area. */
@@ -258,8 +258,11 @@ export class JobRow {
     if (target === null || this._apply.disabled) {
       return;
     }
+    // A job with a range keeps its MIN: the controls set its MAX ("2:6" -> "2:7").
+    const min = this._job.workers?.min ?? 0;
+    const asked = min > 0 && target >= min ? `${min}:${target}` : target;
     await this._busyWhile(async () => {
-      await this.actions.scale(this._job, target);
+      await this.actions.scale(this._job, asked);
       this._target = null;
     });
   }

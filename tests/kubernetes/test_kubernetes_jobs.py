@@ -34,6 +34,7 @@ from tests.integration.models import (
     digits_split,
 )
 from tests.kubernetes.job_pods import SMALL, k8s_options, pods, running_pod
+from tests.kubernetes.node_cpu import cpu_pod, free_millicores, millicores
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
@@ -159,10 +160,6 @@ def _paced_loss(labels, predictions):
     return DIGITS["loss"](labels, predictions) + 0.0 * tf.reshape(pause, [])
 
 
-def _millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
 def _unsettled(core, node_name: str, namespace: str, workers: int) -> str:
     """What keeps the node's CPU from being what it will stay while the preemptor is
     placed ('' once nothing does): a pod on the node being deleted, a pod of the job not
@@ -198,35 +195,12 @@ def _unsettled(core, node_name: str, namespace: str, workers: int) -> str:
     return "" if running == workers else f"{running} workers, not {workers}"
 
 
-def _preemptor(core, node_name: str, namespace: str) -> dict:
+def _preemptor(core, node_name: str) -> dict:
     """A pod of the master's priority that fits on the node only if the scheduler
     preempts one worker: it requests the node's free CPU plus half a worker's. Size it
     only once nothing leaves it `_unsettled`."""
-    node = core.read_node(node_name)
-    free = _millicores(node.status.allocatable["cpu"])
-    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}").items:
-        if pod.status.phase in ("Succeeded", "Failed"):
-            continue
-        for c in pod.spec.containers:
-            free -= _millicores(((c.resources and c.resources.requests) or {}).get("cpu", "0"))
-    wanted = free + _millicores(SMALL.split(",")[0].split("=")[1]) // 2
-    from tests.kubernetes.node import job_image_name
-
-    return {
-        "metadata": {"name": "preemptor"},
-        "spec": {
-            "priorityClassName": "elasticdl-nb-high",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": job_image_name(),
-                    "command": ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": f"{wanted}m", "memory": "16Mi"}},
-                }
-            ],
-        },
-    }
+    wanted = free_millicores(core, node_name) + millicores(SMALL.split(",")[0].split("=")[1]) // 2
+    return cpu_pod("preemptor", wanted, "elasticdl-nb-high")
 
 
 def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
@@ -290,7 +264,7 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
     except TimeoutError:
         raise AssertionError(f"the node did not settle: {unsettled[0]}") from None
     hit.clear()
-    core.create_namespaced_pod(job_namespace, _preemptor(core, real_node.name, job_namespace))
+    core.create_namespaced_pod(job_namespace, _preemptor(core, real_node.name))
     name = ended("preempted")
     hit.add(name)
     print(f"the scheduler preempted {name}")

@@ -57,7 +57,9 @@ async def test_list_detail_scale_and_stop_a_real_job(jp_fetch, job_home):
     summary = listed[0]
     assert summary["backend"] == "local" and summary["state"] == "running"
     assert 0 < summary["progress"]["fraction"] < 1 and summary["progress"]["epochs"] == 30
-    assert summary["workers"] == {"live": 1, "desired": 1} and summary["ps"] == 1
+    workers = summary["workers"]
+    assert (workers["live"], workers["desired"], workers["min"], workers["pending"]) == (1, 1, 0, 0)
+    assert summary["ps"] == 1
     assert summary["created"] == edl.jobs()[0]["created"] and summary["remote"] is False
 
     detail = await fetch_json(jp_fetch, job.name)
@@ -79,9 +81,12 @@ async def test_list_detail_scale_and_stop_a_real_job(jp_fetch, job_home):
     with pytest.raises(HTTPClientError) as bad:
         await fetch_json(jp_fetch, job.name, method="PATCH", body='{"workers": "x"}')
     assert bad.value.code == 400
-    assert json.loads(bad.value.response.body)["message"] == 'send {"workers": N}, N a whole number'
-    scaled = await fetch_json(jp_fetch, job.name, method="PATCH", body=json.dumps({"workers": 3}))
-    assert scaled == {"workers_from": 1, "workers_to": 3}
+    assert json.loads(bad.value.response.body)["message"] == (
+        'send {"workers": N} or {"workers": "MIN:MAX"}, whole numbers'
+    )
+    body = json.dumps({"workers": "1:3"})  # a range: the sidebar keeps a job's MIN
+    scaled = await fetch_json(jp_fetch, job.name, method="PATCH", body=body)
+    assert scaled == {"workers_from": 1, "workers_to": 3, "min_workers": 1}
 
     async def three_live():
         return (await fetch_json(jp_fetch, job.name))["workers"]["live"] == 3
