@@ -3,6 +3,8 @@ Kubernetes (kubernetes-validate, strict), wired together by labels, owners and n
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -73,6 +75,11 @@ def test_dry_run_objects_pass_strict_validation_and_fit_together(digits, job_hom
     ]
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     assert all(o["metadata"]["namespace"] == "ml" for o in objects)
+    # The pod template travels with the job: its master makes the other pods from it,
+    # in a pod of its own, where the notebook's path does not exist.
+    bundle = by_name[("ConfigMap", "digits-bundle")]["data"]
+    assert bundle["pod-template.yaml"] == template.read_text()
+    assert json.loads(bundle["spec.json"])["pod_template"] == "/job/digits/pod-template.yaml"
     # Everything belongs to the master's Job: deleting it deletes the job. Not as its
     # controller: the Job controller would count worker pods as its own (or release them).
     assert "ownerReferences" not in objects[0]["metadata"]

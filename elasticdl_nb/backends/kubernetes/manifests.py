@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticdl_nb.backends.job_records import MASTER_MODULE
-from elasticdl_nb.backends.kubernetes.pod_template import merge_into_pod
+from elasticdl_nb.backends.kubernetes.pod_template import load_template, merge_into_pod
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.logs import LOG_DIR_ENV
 from elasticdl_nb.runtime.process_env import (
@@ -42,6 +42,7 @@ LABEL_JOB, LABEL_ROLE, LABEL_INDEX = "elasticdl-nb/job", "elasticdl-nb/role", "e
 LABEL_ELASTIC = "elasticdl-nb/elastic"
 MASTER_PORT, PS_PORT, PS_BULK_PORT = 50001, 50002, 50003
 JOB_MOUNT = "/job"  # the shared volume; the job directory is JOB_MOUNT/<name>
+POD_TEMPLATE_FILE = "pod-template.yaml"  # the user's pod_template, in the job directory
 JOB_VOLUME = "job"  # its name in a pod's volumes
 BUNDLE_MOUNT = "/etc/elasticdl-nb/job"  # the ConfigMap: spec, sources, model bundle
 TOKEN_KEY = "token"
@@ -419,9 +420,9 @@ def _service(
 
 def bundle_files(spec: JobSpec, name: str, job_dir: Path) -> dict[str, bytes]:
     """The files of a job directory prepared in the notebook that travel in the
-    ConfigMap: spec, sources, model bundle and staged arrays, with every path that names
-    the prepared directory (or the notebook's view of a hostPath shared volume) turned
-    into the path the pods see."""
+    ConfigMap: spec, sources, model bundle, staged arrays and the pod template, with
+    every path that names the prepared directory (or the notebook's view of a hostPath
+    shared volume, or the template) turned into the path the pods see."""
     prepared = JobDir(job_dir)
     json_files = [prepared.spec.name, prepared.sources.name]  # they name paths: moved below
     files = {p: (job_dir / p).read_bytes() for p in json_files}
@@ -430,6 +431,10 @@ def bundle_files(spec: JobSpec, name: str, job_dir: Path) -> dict[str, bytes]:
             if path.is_file() and "__pycache__" not in path.parts:
                 files[str(path.relative_to(job_dir))] = path.read_bytes()
     moves = {str(job_dir): _job_dir(name)}
+    if spec.pod_template:  # the master makes worker and PS pods from it, in its own pod
+        load_template(spec.pod_template)  # (a missing or bad file: its SpecError)
+        files[POD_TEMPLATE_FILE] = Path(spec.pod_template).expanduser().read_bytes()
+        moves[spec.pod_template] = f"{_job_dir(name)}/{POD_TEMPLATE_FILE}"
     kind, _, host_dir = spec.shared_volume.partition(":")
     if kind == "hostPath":
         moves[host_dir.rstrip("/")] = JOB_MOUNT
