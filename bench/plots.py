@@ -140,6 +140,44 @@ def scaling(doc: dict, out: Path) -> Path | None:
     return path
 
 
+def elastic_scheduling(doc: dict, out: Path) -> Path | None:
+    """ElasticDL's figure: the CPU each job requests over time, gang above, elastic below,
+    against the node's allocatable CPU."""
+    runs = doc.get("details", {}).get("runs", {})
+    allocatable = doc.get("details", {}).get("allocatable_m")
+    if not runs or not allocatable:
+        return None
+    fig, axes = plt.subplots(len(runs), 1, figsize=(7, 2.4 * len(runs)), sharex=True)
+    colors = {"a": OURS, "b": "#ff7f0e"}
+    for ax, (mode, run) in zip(axes, runs.items()):
+        samples = [s for s in run["samples"] if "error" not in s]
+        ts = [s["t"] - run["t0"] for s in samples]
+        names = {k: v["name"] for k, v in run["jobs"].items()}
+        stacks = [[s["requested"].get(names[k], 0) / 1000 for s in samples] for k in names]
+        ax.stackplot(
+            ts,
+            *stacks,
+            labels=[f"job {k}" for k in names],
+            colors=[colors.get(k, "#999") for k in names],
+            alpha=0.8,
+            step="post",
+        )
+        ax.axhline(
+            allocatable / 1000, color="#444", linestyle="--", linewidth=1, label="allocatable"
+        )
+        ax.axvline(run["makespan_s"], color="#d62728", linewidth=1, label="makespan")
+        ax.set_ylabel("CPU requested")
+        ax.set_title(f"{mode}: makespan {run['makespan_s']:.0f} s", fontsize=9)
+        ax.legend(loc="upper right", fontsize=7)
+    axes[-1].set_xlabel("seconds since the first job's submission")
+    fig.suptitle(doc["title"], fontsize=10)
+    fig.tight_layout()
+    path = out / "elastic_scheduling.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def draw(results: dict, out: Path) -> list[Path]:
     """Every plot the results allow; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -149,4 +187,6 @@ def draw(results: dict, out: Path) -> list[Path]:
             written.append(benchmark_panels(name, doc, out))
     if "rows" in results.get("scaling", {}):
         written.append(scaling(results["scaling"], out))
+    if "rows" in results.get("elastic_scheduling", {}):  # (over its generic panels)
+        written.append(elastic_scheduling(results["elastic_scheduling"], out))
     return [p for p in written if p is not None]

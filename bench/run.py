@@ -40,6 +40,7 @@ BENCHMARKS = [
     "widget_path",
     "scaling",
     "kubernetes_node",
+    "elastic_scheduling",
     "tls_cost",
     "profile_step",
 ]
