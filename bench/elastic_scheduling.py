@@ -23,6 +23,13 @@ Measured, per mode: makespan (the first submission to the last job's end), each 
 time from its submission to its end, the CPU requested by the two jobs over allocatable
 (sampled every SAMPLE_S, averaged over the makespan), each job's accuracy on the digits
 it did not train on, and its PS ledger (every record applied exactly once per epoch).
+
+Why 1100m of 2000m: with jobs of a share m of the node at MAX, speed in proportion to CPU
+and a short offset, gang takes about 2T (T: a job alone) and elastic about
+2T·(1 − (1−m)/(2m)) (the second job runs on the 1−m left until the first ends), so
+elastic ≤ 0.75× gang needs m ≤ 2/3; at m = 0.55 the bound is 0.59×, and the requested
+CPU averages m divided by that ratio. (A first try with 1400m jobs gave 0.78×.)
+
 The gang runs are each job alone on the node, so they are the accuracy baseline. A short
 warm-up job runs first (not counted): the first pods on a node read the image's files.
 """
