@@ -11,13 +11,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from traitlets import Bool, Enum, Int, Unicode, Union
+from traitlets import Bool, Enum, Int, TraitError, Unicode, Union
 from traitlets.config import Configurable
 
 from elasticdl_nb.spec import JobSpec, SpecError, closest, option_fields
 
 _PER_JOB = {"name", "data", "validation_data", "model_def", "model_zoo"}
 _TRAITS = {bool: Bool, int: Int, str: Unicode}
+
+
+class _NumberOrText(Union):
+    """A number, or its text form read by the spec's own reader (a worker range, '2:6'),
+    so `workers=lots` is refused when it is set, not when a job starts."""
+
+    def __init__(self, number: Any, read: Any, **kwargs: Any) -> None:
+        super().__init__([number, Unicode()], default_value=number.default_value, **kwargs)
+        self._read = read
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        value = super().validate(obj, value)
+        if isinstance(value, str):
+            try:
+                self._read(value)
+            except SpecError as exc:
+                raise TraitError(str(exc)) from None
+        return value
 
 
 def _option_traits() -> dict[str, Any]:
@@ -28,8 +46,8 @@ def _option_traits() -> dict[str, Any]:
         if f.name in _PER_JOB or type(default) not in _TRAITS:
             continue
         trait = _TRAITS[type(default)](default, help=f.metadata["help"])
-        if f.metadata["text"]:  # a number or its text form ("2:6": a worker range)
-            trait = Union([trait, Unicode()], default_value=default, help=f.metadata["help"])
+        if f.metadata["text"]:
+            trait = _NumberOrText(trait, f.metadata["text"], help=f.metadata["help"])
         traits[f.name] = trait.tag(config=True)
     traits["dashboard"] = Enum(
         ["auto", "widget", "text"],

@@ -11,13 +11,39 @@ import dataclasses
 import difflib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from elasticdl_nb.spec.errors import SpecError
 from elasticdl_nb.spec.kubernetes import check_kubernetes_options
 from elasticdl_nb.vocabulary import Strategy
+
+
+def worker_range(value: Any) -> tuple[int | None, Any]:
+    """(MIN, MAX) of a `workers` value: 3 -> (None, 3), '2:6' or (2, 6) -> (2, 6). A
+    value that is neither is passed on (as MAX) for `validate` to refuse by its type."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        low, high = value
+    elif isinstance(value, str) and value.strip():
+        low, sep, high = value.strip().partition(":")
+        if not sep:
+            low, high = None, low
+        try:
+            low, high = (None if low is None else int(low)), int(high)
+        except ValueError:
+            raise SpecError(
+                f"workers={value!r} is not a number of workers: write N (e.g. 3) or "
+                "a range MIN:MAX (e.g. 2:6)."
+            ) from None
+    else:
+        return None, value
+    if low is not None and isinstance(high, int) and not isinstance(low, bool):
+        if not 1 <= low <= high:
+            raise SpecError(
+                f"workers={value!r}: a range needs 1 <= MIN <= MAX, e.g. workers='2:6'."
+            )
+    return low, high
 
 
 def _opt(
@@ -27,10 +53,11 @@ def _opt(
     choices: tuple[str, ...] | None = None,
     minimum: int | None = None,
     cli: bool = True,
-    text: bool = False,
+    text: Callable[[Any], Any] | None = None,
 ) -> Any:
-    # `text`: front ends take the option as text for `from_options` to read (a worker
-    # range, "2:6"), not as the field's own type.
+    # `text`: front ends take the option as text (a worker range, "2:6"), not as the
+    # field's own type; this function reads that text (raising SpecError), and
+    # `from_options` and the notebook's defaults check it with the same function.
     meta = {"help": help, "choices": choices, "minimum": minimum, "cli": cli, "text": text}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
@@ -79,7 +106,7 @@ class JobSpec:
         "keeps asking for up to MAX, and yields the ones above MIN to higher priorities "
         "first (elastic scheduling).",
         minimum=1,
-        text=True,
+        text=worker_range,
     )
     min_workers: int = _opt(
         0,
@@ -351,32 +378,6 @@ _RANGE_HINTS = {
     "stop the job instead.",
     "ps": "The parameter-server strategy needs at least one PS.",
 }
-
-
-def worker_range(value: Any) -> tuple[int | None, Any]:
-    """(MIN, MAX) of a `workers` value: 3 -> (None, 3), '2:6' or (2, 6) -> (2, 6). A
-    value that is neither is passed on (as MAX) for `validate` to refuse by its type."""
-    if isinstance(value, (tuple, list)) and len(value) == 2:
-        low, high = value
-    elif isinstance(value, str) and value.strip():
-        low, sep, high = value.strip().partition(":")
-        if not sep:
-            low, high = None, low
-        try:
-            low, high = (None if low is None else int(low)), int(high)
-        except ValueError:
-            raise SpecError(
-                f"workers={value!r} is not a number of workers: write N (e.g. 3) or "
-                "a range MIN:MAX (e.g. 2:6)."
-            ) from None
-    else:
-        return None, value
-    if low is not None and isinstance(high, int) and not isinstance(low, bool):
-        if not 1 <= low <= high:
-            raise SpecError(
-                f"workers={value!r}: a range needs 1 <= MIN <= MAX, e.g. workers='2:6'."
-            )
-    return low, high
 
 
 def format_workers(workers: int, min_workers: int = 0) -> str:

@@ -96,7 +96,16 @@ def test_a_kubernetes_job_from_another_notebook_is_listed_and_has_a_detail_view(
         progress = detail["progress"]
         assert progress["epochs"] == EPOCHS and progress["step"] >= 5
         assert 0 < progress["fraction"] < 1
-        assert detail["workers"] == {"live": 1, "desired": 1} and detail["ps"] == 1
+        # A fixed count: no range, nothing pending, training waits for no one.
+        assert detail["workers"] == {
+            "live": 1,
+            "desired": 1,
+            "min": 0,
+            "pending": 0,
+            "pending_reason": "",
+            "waiting": "",
+        }
+        assert detail["ps"] == 1
         logs = get(job.name, "logs", params={"namespace": job_namespace, "role": "worker"})
         assert f"worker 0 of job {job.name} started" in logs["text"]
 
