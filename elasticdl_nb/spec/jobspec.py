@@ -115,6 +115,13 @@ class JobSpec:
         minimum=0,
         cli=False,
     )
+    scale_policy: str = _opt(
+        "max",
+        "How a worker range grows: 'max' asks for MAX at once and takes what the scheduler "
+        "gives; 'throughput' asks for MIN, then one more worker at a time while the newest "
+        "adds at least 5 % samples/s, and gives back one that adds less (PS jobs).",
+        choices=("max", "throughput"),
+    )
     strategy: str = _opt(
         Strategy.PS.value,
         "How workers share what they learn: 'ps' = parameter servers hold the model and "
@@ -329,6 +336,16 @@ class JobSpec:
             raise SpecError(
                 f"min_workers={self.min_workers} is above workers={self.workers}: a range "
                 f"is MIN:MAX, e.g. workers='{self.workers}:{self.min_workers}'."
+            )
+        if self.scale_policy == "throughput" and not self.min_workers:
+            raise SpecError(
+                f"scale_policy='throughput' grows a worker range from its MIN: give one, "
+                f"e.g. workers='1:{self.workers}'."
+            )
+        if self.scale_policy == "throughput" and self.strategy == Strategy.ALLREDUCE:
+            raise SpecError(
+                "scale_policy='throughput' measures PS jobs (an allreduce group re-forms "
+                "with every member it adds): use strategy='ps' or drop scale_policy=."
             )
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter= must be one character, got {self.csv_delimiter!r}.")

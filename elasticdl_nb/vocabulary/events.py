@@ -185,6 +185,20 @@ class WorkerFloorData(TypedDict):
     held: bool
 
 
+class GrowthData(TypedDict):
+    """The throughput policy (scale_policy='throughput') measured the job at `workers`
+    running workers (`samples_per_s`; `gain`: its share over one worker fewer) and now
+    asks for `asked`; `holding`: it stopped growing; `reason` says it in words ('holding
+    at 3: the 4th added 2 %'). Without a measurement: the policy (re)starts at `asked`."""
+
+    workers: int
+    asked: int
+    holding: bool
+    reason: str
+    samples_per_s: NotRequired[float]
+    gain: NotRequired[float]
+
+
 class RelaunchData(TypedDict, total=False):
     """An instance is relaunched (a worker under a new id, a PS under its own), with the
     crash budget spent so far."""
@@ -391,6 +405,7 @@ class EventKind(StrEnum):
     MEMORY_RAISED = "memory_raised", MemoryRaisedData
     SCALE = "scale", ScaleData
     WORKER_FLOOR = "worker_floor", WorkerFloorData
+    GROWTH = "growth", GrowthData
     RELAUNCH = "relaunch", RelaunchData
     RELAUNCH_REFUSED = "relaunch_refused", RelaunchRefusedData
     REQUEUE = "requeue", RequeueData

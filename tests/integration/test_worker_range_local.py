@@ -33,3 +33,35 @@ def test_a_local_range_job_trains_and_takes_a_new_range_from_the_cli(job_home, c
     scales = [e.data for e in job.events(follow=False) if e.kind == "scale"]
     assert [(s["workers_to"], s.get("min_workers")) for s in scales] == [(3, 2), (2, 1)]
     assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+
+
+def test_the_throughput_policy_grows_one_worker_at_a_time_while_it_pays(job_home):
+    """Steps paced to 50 ms make throughput follow the workers, so the 2nd worker pays
+    (about 2x); whatever the machine makes of the 3rd, every decision must follow its
+    own measurement, and the workers running follow what it asks for."""
+    job, _, _ = digits_job(
+        workers="1:3", scale_policy="throughput", epochs=400, loss=paced_loss, evaluate=False
+    )
+    assert job.status()["growth"]["asked"] == 1
+
+    def decided() -> list[dict]:
+        return [e.data for e in job.events(follow=False) if e.kind == "growth"]
+
+    wait_for(lambda: decided()[-1]["holding"], 300, "the policy to hold")
+    measured = [d for d in decided() if "samples_per_s" in d]
+    print("\n".join(d["reason"] for d in measured))
+    assert [d["workers"] for d in measured][:2] == [1, 2]
+    assert measured[1]["gain"] >= 0.05 and measured[1]["asked"] == 3  # the 2nd paid
+    for d in measured:
+        if d.get("gain", 1.0) < 0.05:
+            assert (d["asked"], d["holding"]) == (d["workers"] - 1, True)
+        elif d["workers"] == 3:
+            assert (d["asked"], d["holding"]) == (3, True)
+        else:
+            assert (d["asked"], d["holding"]) == (d["workers"] + 1, False)
+    held = measured[-1]["asked"]
+    wait_for(lambda: job.status()["workers"] == held, 60, f"{held} workers")
+    assert job.status()["growth"] == {
+        "asked": held, "holding": True, "reason": measured[-1]["reason"]
+    }  # fmt: skip
+    job.stop()

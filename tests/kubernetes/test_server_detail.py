@@ -104,6 +104,7 @@ def test_a_kubernetes_job_from_another_notebook_is_listed_and_has_a_detail_view(
             "pending": 0,
             "pending_reason": "",
             "waiting": "",
+            "growth": "",
         }
         assert detail["ps"] == 1
         logs = get(job.name, "logs", params={"namespace": job_namespace, "role": "worker"})

@@ -50,7 +50,7 @@ def started_master(
     master = built_master(
         job_dir, launcher, Journal(), workers, ps, records, validation_records, **options
     )
-    master.instances.start()
+    master.start_instances()
     for role, instance in launcher.launched:
         master.instances.on_event(
             InstanceEvent(role, instance, InstanceState.STARTED, pid=100 + instance)

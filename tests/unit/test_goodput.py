@@ -51,6 +51,21 @@ def test_a_run_without_faults_has_goodput_one():
     assert figures(j, now=500) == {"goodput": 1.0, "training_s": 4 * 91 + 20, "recovering_s": 0.0}
 
 
+def test_the_workers_wanted_are_what_the_throughput_policy_asks_for():
+    j = TimedJournal()
+    j.at(0, "job_state", state="running", reason="started")
+    j.at(0, "growth", workers=0, asked=1, holding=False, reason="starting at MIN: 1")
+    j.at(0, "scale", workers_from=0, workers_to=4, reason="job start", min_workers=1)
+    worker(j, 1, 0, "started")
+    applied(j, 10, 0)
+    j.at(30, "growth", workers=1, asked=2, holding=False, reason="...", samples_per_s=9.0)
+    worker(j, 31, 1, "started")
+    # 1 wanted for 20 s, then 2 (not the range's MAX of 4)
+    assert figures(j, now=50)["training_s"] == 1 * 20 + 2 * 20
+    j.at(50, "scale", workers_from=2, workers_to=3, reason="requested")  # a fixed count
+    assert figures(j, now=60)["training_s"] == 1 * 20 + 2 * 20 + 3 * 10
+
+
 def test_no_goodput_before_the_first_minibatch():
     j = TimedJournal()
     j.at(0, "scale", workers_from=0, workers_to=2, reason="job start")
@@ -145,7 +160,7 @@ def test_a_rebuilt_master_reports_the_goodput_the_dead_one_did(tmp_path):
     launcher = RecordingLauncher()
     master = built_master(tmp_path, launcher, TimedJournal(path), workers=2, records=60)
     master.journal.now = T0
-    master.instances.start()
+    master.start_instances()
     for role, instance in launcher.launched:
         master.instances.on_event(InstanceEvent(role, instance, InstanceState.STARTED, pid=9))
     master.strategy.ps_ready(0, -1, "127.0.0.1:5000", incarnation=1)

@@ -73,7 +73,7 @@ def instance(master, worker: int, kind: InstanceState, reason: str = "") -> None
 def test_the_first_min_workers_are_base_the_rest_elastic(tmp_path):
     launcher = RecordingLauncher()
     master = built_master(tmp_path, launcher, Journal(), workers="2:4")
-    master.instances.start()
+    master.start_instances()
     workers = [i for role, i in launcher.launched if role == "worker"]
     assert workers == [0, 1, 2, 3] and launcher.elastic == {2, 3}
     # A base worker preempted: its replacement is base again (the job lacks one).
@@ -101,7 +101,7 @@ def test_the_first_min_workers_are_base_the_rest_elastic(tmp_path):
 def test_a_fixed_number_has_no_elastic_workers(tmp_path):
     launcher = RecordingLauncher()
     master = built_master(tmp_path, launcher, Journal(), workers=3)
-    master.instances.start()
+    master.start_instances()
     assert launcher.elastic == set() and master.floor.minimum == 0
 
 
@@ -111,7 +111,7 @@ def test_a_new_master_knows_the_range_and_each_workers_tier(tmp_path):
     journal = Journal()
     launcher = RecordingLauncher()
     master = built_master(tmp_path, launcher, journal, workers="2:4")
-    master.instances.start()
+    master.start_instances()
     for worker in range(4):
         instance(master, worker, InstanceState.RUNNING)
     master.scale(5, min_workers=3)
@@ -134,7 +134,7 @@ def floor_events(master) -> list[dict]:
 def test_a_ps_job_trains_once_min_workers_run_and_waits_below(tmp_path):
     launcher = RecordingLauncher()
     master = built_master(tmp_path, launcher, Journal(), workers="2:3", records=200)
-    master.instances.start()
+    master.start_instances()
     with master.lock:  # (the coordinator's step)
         master.start_epoch(0)
     for worker in range(3):
@@ -160,7 +160,7 @@ def test_an_allreduce_group_forms_at_min_and_goes_on_below_it(tmp_path):
         tmp_path, launcher, Journal(), workers="2:4", strategy=Strategy.ALLREDUCE, ps=1
     )
     assert master.strategy.coordinator.expected == 2
-    master.instances.start()
+    master.start_instances()
     for worker in range(4):
         instance(master, worker, InstanceState.STARTED)
     master.floor.check()
@@ -173,7 +173,7 @@ def test_an_allreduce_group_forms_at_min_and_goes_on_below_it(tmp_path):
 def test_the_view_shows_pending_workers_with_the_schedulers_reason_and_the_floor(tmp_path):
     launcher = RecordingLauncher()
     master = built_master(tmp_path, launcher, Journal(), workers="2:4", records=200)
-    master.instances.start()
+    master.start_instances()
     master.floor.check()
     for worker in range(3):
         instance(master, worker, InstanceState.RUNNING)
@@ -191,6 +191,7 @@ def test_the_view_shows_pending_workers_with_the_schedulers_reason_and_the_floor
         "pending": 1,
         "pending_reason": UNSCHEDULABLE,
         "waiting": "0 of at least 2 workers running: training waits",
+        "growth": "",
     }
     assert view.timeline.now() == (3, 4, 1)
     status = master.status()  # (what Job.status() returns)

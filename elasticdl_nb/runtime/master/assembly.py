@@ -68,7 +68,7 @@ def build_master(
     any PS starts (else each PS reports where it serves). `token` and `tls` are what it
     reaches the PS with (`tls` None: plaintext). `load_contract` gives the
     model's contract for merging evaluation metrics; by default the job's bundle is
-    loaded on first use. Nothing is started: `master.instances.start()` launches the
+    loaded on first use. Nothing is started: `master.start_instances()` launches the
     instances and `master.run()` drives the job."""
     make_strategy = STRATEGIES[spec.strategy]
     fixed = list(ps_addrs or [])

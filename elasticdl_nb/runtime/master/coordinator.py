@@ -69,6 +69,8 @@ class Coordinator:
             if job.state in MASTER_END_STATES or not job.strategy.ready_to_train():
                 return
             job.strategy.tick()
+            if job.growth:
+                job.growth.tick(training=job.phase == Phase.TRAINING)
             if job.epoch < 0:
                 self._first_epoch()
                 return

@@ -11,7 +11,8 @@ over the job's *training clock*, from its first applied minibatch (the first `qu
 `report` with minibatches) until its end (the `job_state` it ends in) or now:
 
 - wanted worker-seconds: the integral of the desired workers (the newest `scale` event's
-  `workers_to`) over the clock;
+  `workers_to`, or the newest `growth` event's `asked` when the throughput policy asks
+  for fewer) over the clock;
 - recovering worker-seconds: the integral of the worker slots that are recovering, at most
   the desired workers; `training_s` is the rest.
 
@@ -99,6 +100,7 @@ class Goodput(JournalFold):
     def __init__(self, journal: Journal, workers: int):
         super().__init__(journal)
         self._desired: list[tuple[float, int]] = [(float("-inf"), workers)]
+        self._scale_to, self._growth_cap = workers, None  # what `_desired` is made of
         self._start: float | None = None  # the first applied minibatch
         self._end: float | None = None  # the job's end
         # One worker slot's recovery: its start, keyed by the worker that is to fill the
@@ -122,7 +124,13 @@ class Goodput(JournalFold):
                 self._start = t
             self._work_done(t, d.get("worker") if kind == EventKind.QUEUE else None)
         elif kind == EventKind.SCALE:
-            self._scaled(t, d["workers_to"])
+            self._scale_to = d["workers_to"]
+            if not d.get("min_workers"):  # a fixed count: no growth policy
+                self._growth_cap = None
+            self._scaled(t, self._wanted())
+        elif kind == EventKind.GROWTH:
+            self._growth_cap = d["asked"]
+            self._scaled(t, self._wanted())
         elif kind == EventKind.INSTANCE:
             self._instance(t, d)
         elif kind == EventKind.RELAUNCH and d["role"] == Role.WORKER:
@@ -148,6 +156,10 @@ class Goodput(JournalFold):
             if ready:
                 self._every_slot.append((lost, t))
                 del self._lost_ps[ps_id]
+
+    def _wanted(self) -> int:
+        cap = self._growth_cap
+        return self._scale_to if cap is None else min(self._scale_to, cap)
 
     def _scaled(self, t: float, workers: int) -> None:
         fewer = self._desired[-1][1] - workers

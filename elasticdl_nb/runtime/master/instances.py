@@ -97,6 +97,7 @@ class InstanceManager:
         lock: threading.RLock | None = None,
         pending_timeout: float = 600.0,
         log_tail: Callable[[str, int, int], str] = lambda role, instance_id, lines: "",
+        ceiling: Callable[[], int | None] = lambda: None,
     ):
         self.journal = journal
         self.desired_workers = workers
@@ -109,6 +110,7 @@ class InstanceManager:
         self._on_job_failed = on_job_failed
         self.pending_timeout = pending_timeout
         self._log_tail = log_tail  # (role, id, lines) -> the end of that instance's log
+        self._ceiling = ceiling  # the most to ask for now, below MAX (growth.py), or None
         self.instances: dict[tuple[str, int], Instance] = {}
         self.counts = InstanceCounts()
         self._next_worker_id = 0
@@ -180,15 +182,26 @@ class InstanceManager:
             self._converge()
             return {"workers_from": before, "workers_to": workers, **ranged}
 
+    @property
+    def asked_workers(self) -> int:
+        """How many workers the job asks for now: the desired count, or fewer while a
+        growth policy holds it below (growth.py)."""
+        ceiling = self._ceiling()
+        return self.desired_workers if ceiling is None else min(ceiling, self.desired_workers)
+
+    def converge(self) -> None:
+        with self._lock:
+            self._converge()
+
     def _converge(self) -> None:
-        """Start or retire workers until the active count is the desired count; the
+        """Start or retire workers until the active count is the asked count; the
         elastic ones retire first, the newest first."""
         if self.shutting_down:
             return
-        active = self.active_workers()
-        for _ in range(self.desired_workers - len(active)):
+        active, asked = self.active_workers(), self.asked_workers
+        for _ in range(asked - len(active)):
             self._launch(Role.WORKER, self._take_worker_id())
-        extra = max(0, len(active) - self.desired_workers)
+        extra = max(0, len(active) - asked)
         by_tier = sorted(
             active, key=lambda w: (self.instances[(Role.WORKER, w)].elastic, w), reverse=True
         )

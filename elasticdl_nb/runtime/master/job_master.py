@@ -30,6 +30,7 @@ from elasticdl_nb.runtime.master.callback_decisions import CallbackDecisions
 from elasticdl_nb.runtime.master.coordinator import Coordinator
 from elasticdl_nb.runtime.master.evaluation import Evaluations
 from elasticdl_nb.runtime.master.goodput import Goodput
+from elasticdl_nb.runtime.master.growth import ThroughputGrowth
 from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.phases import Phases
@@ -104,6 +105,7 @@ class JobMaster:
         self.evaluations = Evaluations(self, load_contract)
         self.evaluations.on_published = self.decisions.evaluated
         self.strategy = strategy_for(self)
+        self.growth: ThroughputGrowth | None = None  # (scale_policy="throughput")
         self.instances = self._instance_manager(launcher_for)
         self.floor = WorkerFloor(
             journal.append,
@@ -111,6 +113,14 @@ class JobMaster:
             lambda: self.instances.min_workers,
             holds=self.strategy.holds_below_floor,
         )
+        if spec.scale_policy == "throughput":
+            self.growth = ThroughputGrowth(
+                journal.append,
+                bounds=lambda: (self.instances.min_workers, self.instances.desired_workers),
+                running=self.floor.running,
+                samples=lambda: self.step * spec.minibatch_size,
+                converge=self.instances.converge,
+            )
 
     def _instance_manager(self, launcher_for: LauncherFor) -> InstanceManager:
         """The job's instances under the elastic policy, guarded by the job's lock; a
@@ -131,6 +141,7 @@ class JobMaster:
             lock=self.lock,
             pending_timeout=spec.pending_timeout,
             log_tail=JobDir(self.job_dir).log_tail,
+            ceiling=lambda: self.growth.asked if self.growth else None,
         )
 
     @property
@@ -164,9 +175,19 @@ class JobMaster:
             if self.state in MASTER_END_STATES:
                 raise ValueError(f"the job is {self.state}")
             scaled = self.instances.scale(workers, min_workers=min_workers)
+            if self.growth:
+                self.growth.rescaled()
             self.floor.check()
             self.work_changed()  # (a lower MIN may free tasks held back)
             return scaled
+
+    def start_instances(self) -> None:
+        """Launch the PS and the workers asked for (a new job; a master that takes one
+        over resumes instead: `recovery.resume`)."""
+        with self.lock:
+            if self.growth:
+                self.growth.start()
+            self.instances.start()
 
     def stop(self, reason: str) -> None:
         with self.lock:
@@ -267,6 +288,7 @@ class JobMaster:
                     for worker, why in sorted(self.instances.pending_workers().items())
                 ],
                 "waiting_for_workers": self.floor.held(),
+                **({"growth": self.growth.status()} if self.growth else {}),
                 "ps": self.spec.parameter_servers,
                 "instances": self.instances.table(),
                 "metrics": self.evaluations.last_metrics,

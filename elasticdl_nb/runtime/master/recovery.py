@@ -72,6 +72,8 @@ def _replay(master: JobMaster, event: Event) -> None:
     master.decisions.replay(kind, data)
     master.evaluations.replay(kind, data)
     master.instances.replay(kind, data)
+    if master.growth:
+        master.growth.replay(kind, data)
     master.strategy.replay(kind, data)
 
 

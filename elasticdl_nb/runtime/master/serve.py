@@ -85,7 +85,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     if master.incarnation:
         recovery.resume(master)
     else:
-        master.instances.start()
+        master.start_instances()
     with master.lock:
         master.floor.check()  # (below a range's MIN until enough workers ask for work)
     threading.Thread(target=master.run, name="coordinator", daemon=True).start()

@@ -42,6 +42,7 @@ from elasticdl_nb.vocabulary import (
 from elasticdl_nb.vocabulary.events import (
     EvaluationData,
     GroupSettledData,
+    GrowthData,
     InstanceData,
     RelaunchData,
     ScaleData,
@@ -139,6 +140,8 @@ class JobView:
         self.min_workers = min_workers  # a range's MIN (0: a fixed number), the same way
         # The newest `worker_floor` event's data: a range job below its MIN (`below`).
         self.floor: dict[str, Any] = {}
+        # The newest `growth` event's data (scale_policy="throughput"): what it asks for.
+        self.growth: dict[str, Any] = {}
         self.ps = ps
         self.state: str = JobState.STARTING
         self.reason = ""
@@ -283,6 +286,9 @@ class JobView:
     def _on_worker_floor(self, event: Event) -> None:
         self.floor = dict(payload(event, WorkerFloorData))
 
+    def _on_growth(self, event: Event) -> None:
+        self.growth = dict(payload(event, GrowthData))
+
     def _on_group(self, event: Event) -> None:
         self.group_version = event.data["version"]
         self.group_members = list(event.data["members"])
@@ -359,6 +365,7 @@ class JobView:
         EventKind.EVALUATION: _on_evaluation,
         EventKind.SCALE: _on_scale,
         EventKind.WORKER_FLOOR: _on_worker_floor,
+        EventKind.GROWTH: _on_growth,
         EventKind.GROUP: _on_group,
         EventKind.GROUP_SETTLED: _on_group_settled,
         EventKind.INSTANCE: _on_instance,
@@ -430,6 +437,11 @@ class JobView:
         what = "training waits" if d.get("held") else "the group goes on"
         return f"{d['running']} of at least {d['min']} workers running: {what}"
 
+    def growth_text(self) -> str:
+        """What the throughput policy does now ('holding at 3: the 4th added 2%'), ''
+        without the policy or once the job has ended."""
+        return "" if self.ended else self.growth.get("reason", "")
+
     def parameter_servers(self) -> int:
         """The job's PS: as its spec says, else (a job whose files are not visible here)
         as many as the journal has named."""
@@ -473,7 +485,7 @@ class JobView:
 
     def workers_summary(self) -> dict[str, Any]:
         """Live, pending and desired workers, a range's MIN, why the newest pending one
-        waits, and whether training waits for workers."""
+        waits, whether training waits for workers, and what the growth policy does."""
         pending = self.pending_workers()
         return {
             "live": self.live_workers(),
@@ -482,6 +494,7 @@ class JobView:
             "pending": len(pending),
             "pending_reason": pending[max(pending)] if pending else "",
             "waiting": self.waiting_for_workers(),
+            "growth": self.growth_text(),
         }
 
     def rows(self) -> list[InstanceRow]:

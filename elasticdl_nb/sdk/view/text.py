@@ -81,7 +81,8 @@ def job_figures(
 
 def format_workers(w: dict[str, Any]) -> str:
     """'workers 3/4 (range 2:4), 1 pending: unschedulable: 0/1 nodes are available: 1
-    Insufficient cpu.', from a `JobView.workers_summary`; then why training waits."""
+    Insufficient cpu.', from a `JobView.workers_summary`; then why training waits, and
+    what the throughput policy does ('holding at 3: the 4th added 2%')."""
     desired = w.get("desired") or "?"
     text = f"workers {w['live']}/{desired}"
     if w.get("min"):
@@ -92,6 +93,8 @@ def format_workers(w: dict[str, Any]) -> str:
             text += f": {w['pending_reason']}"
     if w.get("waiting"):
         text += f"; waiting for workers: {w['waiting']}"
+    if w.get("growth"):
+        text += f"; {w['growth']}"
     return text
 
 
@@ -204,6 +207,7 @@ _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
         if d["below"]
         else f"{d['running']} workers running (at least {d['min']}): training goes on"
     ),
+    EventKind.GROWTH: lambda d: f"throughput policy: {d['reason']}",
     EventKind.EVALUATION: _evaluation,
     EventKind.EXPORT: _export,
     EventKind.CHECKPOINT: _checkpoint,
