@@ -353,7 +353,16 @@ class JobSpec:
     # ------------------------------------------------------------------ (de)serializing
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+        """The options that differ from their defaults (`from_json` fills in the rest),
+        so a job's master in an image older than this client runs any job that uses
+        none of the options the image does not know yet (it refuses unknown names)."""
+        defaults = JobSpec()
+        changed = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        }
+        return json.dumps(changed, indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> JobSpec:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import textwrap
@@ -12,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from elasticdl_nb.spec import JobSpec
 from tests.conftest import job_processes
 from tests.integration.faults import wait_for
 from tests.integration.models import COMPILED_MODEL, digits_split
@@ -64,9 +64,9 @@ def test_a_compiled_model_in_the_cell_trains_with_the_notebook_defaults_and_flag
     status = job.status()
     assert status["state"] == "succeeded", status
     assert status["metrics"]["accuracy"] >= 0.85
-    spec = json.loads((job.dir / "spec.json").read_text())
+    spec = JobSpec.from_json((job.dir / "spec.json").read_text())
     # The flag wins over the default; the defaults fill in the rest.
-    assert (spec["workers"], spec["epochs"], spec["minibatch_size"]) == (2, 4, 32)
+    assert (spec.workers, spec.epochs, spec.minibatch_size) == (2, 4, 32)
     # The cell ran here too: the model stays usable in the notebook.
     assert shell.user_ns["model"].count_params() == 64 * 64 + 64 + 64 * 10 + 10
     assert job_processes(job_home) == []
