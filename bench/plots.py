@@ -142,37 +142,77 @@ def scaling(doc: dict, out: Path) -> Path | None:
 
 def elastic_scheduling(doc: dict, out: Path) -> Path | None:
     """ElasticDL's figure: the CPU each job requests over time, gang above, elastic below,
-    against the node's allocatable CPU."""
+    a column per strategy (A: PS jobs, C: allreduce jobs), against the node's allocatable
+    CPU."""
     runs = doc.get("details", {}).get("runs", {})
     allocatable = doc.get("details", {}).get("allocatable_m")
     if not runs or not allocatable:
         return None
-    fig, axes = plt.subplots(len(runs), 1, figsize=(7, 2.4 * len(runs)), sharex=True)
+    fig, axes = plt.subplots(
+        2, len(runs), figsize=(6 * len(runs), 4.8), sharex="col", squeeze=False
+    )
     colors = {"a": OURS, "b": "#ff7f0e"}
-    for ax, (mode, run) in zip(axes, runs.items()):
-        samples = [s for s in run["samples"] if "error" not in s]
-        ts = [s["t"] - run["t0"] for s in samples]
-        names = {k: v["name"] for k, v in run["jobs"].items()}
-        stacks = [[s["requested"].get(names[k], 0) / 1000 for s in samples] for k in names]
-        ax.stackplot(
-            ts,
-            *stacks,
-            labels=[f"job {k}" for k in names],
-            colors=[colors.get(k, "#999") for k in names],
-            alpha=0.8,
-            step="post",
-        )
-        ax.axhline(
-            allocatable / 1000, color="#444", linestyle="--", linewidth=1, label="allocatable"
-        )
-        ax.axvline(run["makespan_s"], color="#d62728", linewidth=1, label="makespan")
-        ax.set_ylabel("CPU requested")
-        ax.set_title(f"{mode}: makespan {run['makespan_s']:.0f} s", fontsize=9)
-        ax.legend(loc="upper right", fontsize=7)
-    axes[-1].set_xlabel("seconds since the first job's submission")
+    for col, (strategy, modes) in enumerate(runs.items()):
+        for ax, (mode, run) in zip(axes[:, col], modes.items()):
+            samples = [s for s in run["samples"] if "error" not in s]
+            ts = [s["t"] - run["t0"] for s in samples]
+            names = {k: v["name"] for k, v in run["jobs"].items()}
+            stacks = [[s["requested"].get(names[k], 0) / 1000 for s in samples] for k in names]
+            ax.stackplot(
+                ts,
+                *stacks,
+                labels=[f"job {k}" for k in names],
+                colors=[colors.get(k, "#999") for k in names],
+                alpha=0.8,
+                step="post",
+            )
+            ax.axhline(
+                allocatable / 1000, color="#444", linestyle="--", linewidth=1, label="allocatable"
+            )
+            ax.axvline(run["makespan_s"], color="#d62728", linewidth=1, label="makespan")
+            ax.set_ylabel("CPU requested")
+            ax.set_title(f"{strategy}, {mode}: makespan {run['makespan_s']:.0f} s", fontsize=9)
+            ax.legend(loc="upper right", fontsize=7)
+        axes[-1, col].set_xlabel("seconds since the first job's submission")
     fig.suptitle(doc["title"], fontsize=10)
     fig.tight_layout()
     path = out / "elastic_scheduling.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def elastic_service(doc: dict, out: Path) -> Path | None:
+    """ElasticDL's experiment B: the CPU the job and the service request over time, the
+    service's scale changes marked, against the node's allocatable CPU."""
+    beside = doc.get("details", {}).get("beside")
+    allocatable = doc.get("details", {}).get("allocatable_m")
+    if not beside or not allocatable:
+        return None
+    samples = [s for s in beside["samples"] if "error" not in s]
+    ts = [s["t"] - beside["t0"] for s in samples]
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    workers = doc["details"].get("workers", "")
+    keys = {f"job (workers {workers})": beside["name"], "service": "service"}
+    ax.stackplot(
+        ts,
+        *[[s["requested"].get(name, 0) / 1000 for s in samples] for name in keys.values()],
+        labels=list(keys),
+        colors=[OURS, "#d62728"],
+        alpha=0.8,
+        step="post",
+    )
+    ax.axhline(allocatable / 1000, color="#444", linestyle="--", linewidth=1, label="allocatable")
+    for t, replicas in beside["changes"]:
+        ax.axvline(t, color="#999", linewidth=0.8)
+        ax.text(t, allocatable / 1000 * 1.02, f"{replicas}", fontsize=7, ha="center")
+    ax.set_xlim(min(ts, default=0), beside["window_s"] + 30)
+    ax.set_ylabel("CPU requested")
+    ax.set_xlabel("seconds since the service's first scale call (its replicas above)")
+    ax.legend(loc="lower left", fontsize=7)
+    ax.set_title(f"{doc['title']}: {beside['utilization']:.2f} of the node requested", fontsize=9)
+    fig.tight_layout()
+    path = out / "elastic_service.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -189,4 +229,6 @@ def draw(results: dict, out: Path) -> list[Path]:
         written.append(scaling(results["scaling"], out))
     if "rows" in results.get("elastic_scheduling", {}):  # (over its generic panels)
         written.append(elastic_scheduling(results["elastic_scheduling"], out))
+    if "rows" in results.get("elastic_service", {}):
+        written.append(elastic_service(results["elastic_service"], out))
     return [p for p in written if p is not None]

@@ -41,6 +41,8 @@ BENCHMARKS = [
     "scaling",
     "kubernetes_node",
     "elastic_scheduling",
+    "elastic_service",
+    "elastic_growth",
     "tls_cost",
     "profile_step",
 ]

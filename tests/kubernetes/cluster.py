@@ -17,12 +17,12 @@ There is no kubelet and no scheduler: pods are stored but never run. A pod with
 For a real node (node.py) the keyword options of `TestCluster` change that: the API
 server on the node's address instead of loopback (pods reach it through the `kubernetes`
 Service, which the API server then fills), a Service range that is not loopback, the
-kubelet reached at the node's InternalIP, the job, endpoint, endpointslice, nodelifecycle
-and persistentvolume-binder controllers (a job's master is a Job's pod; kube-proxy needs
-endpoints; the node's `not-ready` taint must go; claims must bind), and the node's own
-static token. (The node-less cluster has no job controller: a Job there is stored, and
-makes no pod, as nothing would run it.) The defaults are the
-loopback cluster above.
+kubelet reached at the node's InternalIP, the job, deployment, replicaset, endpoint,
+endpointslice, nodelifecycle and persistentvolume-binder controllers (a job's master is a
+Job's pod; a benchmark's service is a Deployment; kube-proxy needs endpoints; the node's
+`not-ready` taint must go; claims must bind), and the node's own static token. (The
+node-less cluster has no job controller: a Job there is stored, and makes no pod, as
+nothing would run it.) The defaults are the loopback cluster above.
 
 Keys and certificates are made with the `openssl` command line, so the tests need no
 extra Python package. Every process logs to `<workdir>/logs/<name>.log`.
@@ -68,6 +68,8 @@ NODE_CONTROLLERS = (
     "endpointslice",
     "nodelifecycle",
     "persistentvolume-binder",  # a job on a claim (pvc:) whose files the notebook cannot see
+    "deployment",  # a service beside training (bench/elastic_service.py) is a Deployment
+    "replicaset",
 )
 
 

@@ -223,8 +223,13 @@ class RealNode:
         name: str = NODE_NAME,
         ip: str = NODE_IP,
         bin_dir: Path | None = None,
+        reserved_cpu_m: int = 0,
     ):
         self.name = name
+        # CPU kept from pods for the kubelet, the runtime and (here, on the same two
+        # cores) the control plane: allocatable = capacity - this (the benchmarks that
+        # fill the node set it; the tests leave allocatable = capacity).
+        self.reserved_cpu_m = reserved_cpu_m
         self.ip = ip
         self.bin_dir = Path(bin_dir) if bin_dir else binaries_dir()
         self.token = secrets.token_hex(16)
@@ -718,6 +723,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 "--eviction-hard=memory.available<1Mi,nodefs.available<1%,"
                 "imagefs.available<1%,nodefs.inodesFree<1%",
                 "--max-pods=50",
+                *([f"--kube-reserved=cpu={self.reserved_cpu_m}m"] if self.reserved_cpu_m else []),
                 "--v=2",
             ],
             # The credential lookup may otherwise ask the cloud metadata address.

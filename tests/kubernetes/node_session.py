@@ -64,8 +64,11 @@ class NodeSession:
     `real_node` fixture, outside pytest). After `start()`: `node`, `cluster`, `admin`
     (a `kubernetes.client.ApiClient` as the cluster admin), `seconds` (start-up)."""
 
-    def __init__(self, workdir: Path | str, logs: Path | str | None = None):
+    def __init__(
+        self, workdir: Path | str, logs: Path | str | None = None, reserved_cpu_m: int = 0
+    ):
         self.workdir = Path(workdir)
+        self.reserved_cpu_m = reserved_cpu_m  # (RealNode's: CPU pods cannot request)
         self.logs = Path(logs) if logs else self.workdir / "node-logs"
         self.node: RealNode | None = None
         self.cluster: TestCluster | None = None
@@ -79,7 +82,8 @@ class NodeSession:
 
         t0 = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.node = RealNode(logs=self.logs).prepare()  # waits for node.MACHINE_LOCK
+        # (prepare() waits for node.MACHINE_LOCK)
+        self.node = RealNode(logs=self.logs, reserved_cpu_m=self.reserved_cpu_m).prepare()
         self.seconds["lock"] = time.monotonic() - t0
         self.cluster = TestCluster(workdir=self.workdir / "cluster", **self.node.cluster_options())
         try:

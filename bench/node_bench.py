@@ -1,0 +1,178 @@
+"""The real node as the elastic-scheduling benchmarks use it (elastic_scheduling.py,
+elastic_service.py, elastic_growth.py): started for one run, a shared hostPath for the
+jobs' directories, every container's CPU limit a worker's request (a pod template, so a
+pod's speed follows the CPU the scheduler gave it), a fresh namespace per measured run,
+and the CPU each job or service requests and uses over time.
+
+The node keeps RESERVED_CPU_M of the machine's 2 cores from pods (the kubelet's
+--kube-reserved): here the API server, etcd, the scheduler, the kubelet, containerd and
+the benchmark itself share the cores with the pods, and with every core given to pods
+that use their limits, a pod took 10-30 s to start (a cluster's control plane runs on
+machines of its own, and its nodes reserve CPU for the kubelet and the runtime).
+
+    with NodeBench("elastic") as bench:           # (skipped: bench.unavailable)
+        namespace, options = bench.run_options()  # edl.train(..., **options)
+        sampler = CpuSampler(bench.core, namespace, bench.node).start()
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import harness
+from pod_timeline import Poller
+
+from tests.kubernetes import node_session
+from tests.kubernetes.node_cpu import allocatable_millicores, requested_millicores
+
+# Millicores requested by a job's master, PS and each worker; every container's CPU limit
+# is CPU_LIMIT.
+MASTER_CPU, PS_CPU, WORKER_CPU, CPU_LIMIT = 100, 200, 200, 200
+RESERVED_CPU_M = 500  # allocatable: 1500m of the 2000m
+SAMPLE_S = 0.5
+
+
+class NodeBench:
+    """A context: the node started on entry (`core`, `node`, `allocatable`, `session`;
+    `details` gets its start-up seconds and what its stop left undone), everything
+    removed on exit."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.details: dict[str, Any] = {}
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"edl-bench-{prefix}-"))
+        self.session = node_session.NodeSession(
+            self.workdir / "node", reserved_cpu_m=RESERVED_CPU_M
+        )
+        self.details["reserved_cpu_m"] = RESERVED_CPU_M
+        self.core = self.node = None
+        self.allocatable = 0
+
+    def __enter__(self) -> NodeBench:
+        from kubernetes import client
+
+        try:
+            harness.log("starting the real node")
+            self.session.start()
+            self.details["node_start_s"] = dict(self.session.seconds)
+            self.core = client.CoreV1Api(self.session.admin)
+            self.node = self.session.node.name
+            self.allocatable = allocatable_millicores(self.core, self.node)
+            self.shared = self.workdir / "shared"
+            self.shared.mkdir()
+            self.shared.chmod(0o777)  # hostPath ignores fsGroup: the pods' uid 1000 writes
+            self.template = self.workdir / "cpu-limit.yaml"
+            limit = {"resources": {"limits": {"cpu": f"{CPU_LIMIT}m"}}}
+            self.template.write_text(json.dumps({"spec": {"containers": [limit]}}))  # (YAML)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.details["node_not_undone"] = self.session.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def run_options(self) -> tuple[str, dict[str, Any]]:
+        """A new namespace set up for jobs, and the train() options of a job there."""
+        namespace = self.session.job_namespace()
+        pins = {**harness.THREAD_PINS, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        return namespace, dict(
+            backend="kubernetes",
+            namespace=namespace,
+            kubeconfig=str(self.session.cluster.user_kubeconfig),
+            shared_volume=f"hostPath:{self.shared}",
+            master_resources=f"cpu={MASTER_CPU}m,memory=1Gi",
+            ps_resources=f"cpu={PS_CPU}m,memory=1Gi",
+            worker_resources=f"cpu={WORKER_CPU}m,memory=1Gi",
+            pod_template=str(self.template),
+            env=[f"{k}={v}" for k, v in pins.items()],
+            record_ledger=True,
+        )
+
+
+def skipped(name: str, title: str, command: str) -> bool:
+    """Whether the node benchmarks cannot run here; if so, says why in the log and in
+    the benchmark's result (`name`)."""
+    why_not = node_session.unavailable()
+    if why_not:
+        harness.log(f"skipped: {why_not}")
+        harness.write_result(name, title, [], {"skipped": why_not}, command=command)
+    return bool(why_not)
+
+
+class CpuSampler(Poller):
+    """Every SAMPLE_S: the CPU each job's (or service's) pods request on the node (pods
+    placed and not ended), and every few samples what they use (kubelet summary)."""
+
+    interval = SAMPLE_S
+
+    def __init__(self, core, namespace: str, node: str):
+        super().__init__("cpu-sampler")
+        self.core, self.namespace, self.node = core, namespace, node
+        self.samples: list[dict[str, Any]] = []  # {"t", "requested": {job: m}, "used": ...}
+        self.usage_error = ""
+
+    def poll(self) -> None:
+        sample: dict[str, Any] = {"t": time.time(), "requested": {}}
+        requested = sample["requested"]
+        try:
+            for p in self.core.list_namespaced_pod(self.namespace).items:
+                labels = p.metadata.labels or {}
+                # A job's pods by its name; a Deployment's (elastic_service.py) by app.
+                job = labels.get("elasticdl-nb/job") or labels.get("app")
+                if job and p.spec.node_name:
+                    requested[job] = requested.get(job, 0) + requested_millicores(p)
+            if len(self.samples) % 4 == 0:
+                sample["used"] = self._used()
+        except Exception as exc:  # (the API server busy: a gap in the samples)
+            sample["error"] = repr(exc)
+        self.samples.append(sample)
+
+    def _used(self) -> dict[str, float]:
+        """Millicores each job's pods use now, by the kubelet's summary."""
+        if self.usage_error:
+            return {}
+        try:
+            reply = self.core.connect_get_node_proxy_with_path(
+                self.node, "stats/summary", _preload_content=False
+            )
+            summary = json.loads(reply.data)
+        except Exception as exc:
+            self.usage_error = f"no kubelet summary: {exc!r}"[:300]
+            return {}
+        used: dict[str, float] = {}
+        for pod in summary.get("pods", []):
+            ref = pod.get("podRef", {})
+            if ref.get("namespace") != self.namespace:
+                continue
+            job = ref.get("name", "").rsplit("-", 2)[0]
+            nano = (pod.get("cpu") or {}).get("usageNanoCores") or 0
+            used[job] = used.get(job, 0.0) + nano / 1e6
+        return used
+
+
+def utilization(run: dict[str, Any], allocatable: int) -> float:
+    """Requested CPU over allocatable, averaged over the makespan (samples in it)."""
+    end = run["t0"] + run["makespan_s"]
+    inside = [s for s in run["samples"] if run["t0"] <= s["t"] <= end and "error" not in s]
+    if not inside:
+        return 0.0
+    return sum(sum(s["requested"].values()) for s in inside) / len(inside) / allocatable
+
+
+def usage_share(run: dict[str, Any]) -> float | None:
+    """What the jobs' pods used over what they requested, at the samples that say both."""
+    pairs = [
+        (sum(s["used"].values()), sum(s["requested"].values()))
+        for s in run["samples"]
+        if s.get("used") and sum(s["requested"].values())
+    ]
+    if not pairs:
+        return None
+    return sum(u for u, _ in pairs) / sum(r for _, r in pairs)
