@@ -148,6 +148,8 @@ def elastic_scheduling(doc: dict, out: Path) -> Path | None:
     allocatable = doc.get("details", {}).get("allocatable_m")
     if not runs or not allocatable:
         return None
+    if "gang" in runs:  # (a result from before C: the PS runs only)
+        runs = {"ps": runs}
     fig, axes = plt.subplots(
         2, len(runs), figsize=(6 * len(runs), 4.8), sharex="col", squeeze=False
     )
