@@ -137,6 +137,10 @@ def test_the_master_asks_for_min_first_and_a_scale_starts_the_policy_over(tmp_pa
 
     master.scale(2)  # a fixed count: the policy lets go, the instance manager asks for 2
     assert master.growth.asked is None and master.instances.asked_workers == 2
+    assert master.status()["growth"]["reason"] == ""
+    for event in master.journal.read(view.last_seq + 1, follow=False):
+        view.apply(event)
+    assert view.workers_summary()["growth"] == ""  # nothing stale once the policy let go
 
 
 @pytest.mark.parametrize(

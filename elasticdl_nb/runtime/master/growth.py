@@ -4,7 +4,7 @@ With the default policy a job with `workers="2:6"` asks for its MAX at once and 
 what the scheduler gives. With "throughput" the master asks for MIN, measures the job's
 samples/s, then asks for one more worker at a time and measures again: while the newest
 adds at least MIN_GAIN over the throughput without it, it asks for the next; when one
-adds less, it gives that one back and holds ("holding at 3: the 4th added 2 %"). A
+adds less, it gives that one back and holds ("holding at 3: the 4th added 2%"). A
 worker that adds nothing is CPU another job could train with (bench/scaling.py: a CTR
 job on one PS runs 1.44x at 2 workers and 1.48x at 4).
 
@@ -74,7 +74,7 @@ class ThroughputGrowth:
         """A `scale` set a new range (or a fixed count): start over from what runs."""
         low, high = self._bounds()
         if not low:
-            self.asked, self.holding, self.rates = None, False, {}
+            self.asked, self.holding, self.rates, self.reason = None, False, {}, ""
             self._converge()
             return
         at = min(max(self._running(), low), high)
@@ -100,12 +100,12 @@ class ThroughputGrowth:
         self._decide((self._samples() - samples_then) / (now - started))
 
     def _decide(self, rate: float) -> None:
-        n, (low, high) = self.asked, self._bounds()
+        n, (_, high) = self.asked, self._bounds()
         self.rates[n] = rate
         before = self.rates.get(n - 1)
         gain = None if not before else (rate - before) / before
         added = "" if gain is None else f"the {ordinal(n)} added {gain:.0%}"
-        if gain is not None and gain < self.min_gain and n > low:
+        if gain is not None and gain < self.min_gain:  # (n - 1 was measured: n > MIN)
             self._decided(n, rate, gain, n - 1, True, f"holding at {n - 1}: {added}")
         elif n >= high:
             self._decided(n, rate, gain, n, True, f"holding at {n}, the range's MAX"

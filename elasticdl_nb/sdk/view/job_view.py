@@ -282,6 +282,8 @@ class JobView:
         d = payload(event, ScaleData)
         self.workers = d["workers_to"]
         self.min_workers = d.get("min_workers", 0)
+        if not self.min_workers:  # a fixed count: the growth policy lets go (growth.py)
+            self.growth = {}
 
     def _on_worker_floor(self, event: Event) -> None:
         self.floor = dict(payload(event, WorkerFloorData))
