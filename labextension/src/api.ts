@@ -50,6 +50,11 @@ export interface IWorkers {
   pending_reason?: string;
   /** Why training waits for workers ('' when it does not): a range job below its MIN. */
   waiting?: string;
+  /**
+   * What the throughput policy (scale_policy="throughput") does now, in its words:
+   * "holding at 3: the 4th added 2%" ('' without the policy or once the job has ended).
+   */
+  growth?: string;
 }
 
 /** A job as the list shows it (`job_summary` in elasticdl_nb/server/summary.py). */

@@ -1,7 +1,7 @@
 /**
  * One job in the sidebar: name, state, progress bar, live/desired workers (and a range's
- * MIN:MAX), pending workers and why they wait, PS count, age, goodput and master
- * restarts, with its controls (scale, logs, attach, stop).
+ * MIN:MAX), pending workers and why they wait, what the throughput policy does, PS
+ * count, age, goodput and master restarts, with its controls (scale, logs, attach, stop).
  *
  * A row is built once per job and updated in place at every refresh, so that a number
  * being typed into the workers field, or the keyboard focus, survives the refresh.
@@ -13,7 +13,8 @@
  *       .edl-job-workers[data-live][data-desired][data-min: 0 = no range]
  *       .edl-job-pending[data-pending]   .edl-job-ps   .edl-job-age
  *       .edl-job-goodput[data-goodput: 0..1]   .edl-job-restarts[data-restarts]
- *       .edl-job-pending-reason   .edl-job-workers-waiting   .edl-job-message
+ *       .edl-job-pending-reason   .edl-job-workers-waiting[role=status]
+ *       .edl-job-growth[role=status]   .edl-job-message
  *       button[data-action=scale-down|scale-up|scale-apply|logs|attach|stop]
  *       input.edl-workers-input
  */
@@ -84,11 +85,17 @@ export class JobRow {
       this._restarts
     );
 
-    // Why the newest pending worker waits (the scheduler's words), and why training
-    // waits for workers (a range job below its MIN): each a line of its own.
+    // Why the newest pending worker waits (the scheduler's words), why training
+    // waits for workers (a range job below its MIN), and what the throughput policy
+    // does ("holding at 3: the 4th added 2%"): each a line of its own.
     this._pendingReason = element('div', 'edl-job-pending-reason');
     this._workersWaiting = element('div', 'edl-job-workers-waiting');
     this._workersWaiting.setAttribute('role', 'status');
+    this._growth = element('div', 'edl-job-growth');
+    this._growth.setAttribute('role', 'status');
+    this._growth.title =
+      'the throughput policy: it grows the range one worker at a time while the ' +
+      'newest adds enough samples/s';
     this._message = element('div', 'edl-job-message');
 
     const controls = element('div', 'edl-job-actions');
@@ -120,6 +127,7 @@ export class JobRow {
       facts,
       this._pendingReason,
       this._workersWaiting,
+      this._growth,
       this._message,
       controls
     );
@@ -172,7 +180,8 @@ export class JobRow {
         ? `live / desired workers; the range ${min}:${desired}: ` +
           `trains with ${min} or more, up to ${desired}`
         : 'live / desired workers';
-    // Pending workers and waiting for them mean nothing once the job is over.
+    // Pending workers, waiting for them and the growth policy mean nothing once the
+    // job is over.
     const over = this.isFinal(state);
     const pending = over ? 0 : (workers?.pending ?? 0);
     const reason = pending > 0 ? (workers?.pending_reason ?? '') : '';
@@ -187,6 +196,9 @@ export class JobRow {
     const waiting = over ? '' : (workers?.waiting ?? '');
     this._workersWaiting.textContent = waiting;
     this._workersWaiting.hidden = !waiting;
+    const growth = over ? '' : (workers?.growth ?? '');
+    this._growth.textContent = growth ? `throughput policy: ${growth}` : '';
+    this._growth.hidden = !growth;
     this._ps.textContent = job.ps !== undefined ? `${job.ps} PS` : '';
     this._age.textContent = job.created ? formatAge(now - job.created) : '';
     this._age.title = job.created
@@ -313,6 +325,7 @@ export class JobRow {
   private readonly _pending: HTMLSpanElement;
   private readonly _pendingReason: HTMLDivElement;
   private readonly _workersWaiting: HTMLDivElement;
+  private readonly _growth: HTMLDivElement;
   private readonly _ps: HTMLSpanElement;
   private readonly _age: HTMLSpanElement;
   private readonly _goodput: HTMLSpanElement;

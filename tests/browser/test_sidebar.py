@@ -2,9 +2,11 @@
 a notebook starts a job; the sidebar shows it with advancing progress, scales it to 3
 workers, shows its goodput and that its master was replaced (SIGKILLed), opens its logs,
 inserts `%elasticdl attach NAME` into the notebook, stops it after the confirmation
-dialog, and rides out a server that stops answering. And, from a job list the test
-serves itself (no job runs), a worker range with a pending worker, the scheduler's reason
-and training waiting for workers.
+dialog, and rides out a server that stops answering. A job with a worker range and
+the throughput growth policy: the sidebar says what the policy does, as its journal says
+it, and nothing once a scale to a fixed count turned the policy off, or the job ended.
+And, from a job list the test serves itself (no job runs), a worker range with a pending
+worker, the scheduler's reason and training waiting for workers.
 
 The screenshots go to the test's directory; with ELASTICDL_NB_UPDATE_DOCS=1 they also
 replace docs/sidebar-running.png and docs/sidebar-stopped.png.
@@ -18,6 +20,8 @@ import re
 import secrets
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,11 +31,12 @@ import pytest
 from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.sdk.view import JobView
 from elasticdl_nb.server.summary import _summary
-from elasticdl_nb.vocabulary import FINAL_STATES
+from elasticdl_nb.vocabulary import FINAL_STATES, EventKind
 
 pytestmark = pytest.mark.slow
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
 MINUTE = 60_000  # Playwright timeouts are in milliseconds
 
 # The job: the digits classifier, each step slowed to >= 50 ms so that it is still
@@ -316,6 +321,93 @@ def test_the_sidebar_follows_scales_attaches_and_stops_a_job(lab, browser, tmp_p
     assert not errors, errors
     unexpected = [m for m in console if "elasticdl" in m.lower() and "Failed to load" not in m]
     assert not unexpected, unexpected
+
+
+# A job whose worker range grows by the throughput policy: the digits job of the
+# integration tests, its steps paced to 50 ms, started from a process of its own (the
+# local backend's job outlives it) as a script would start it.
+GROWING_JOB = """\
+from tests.integration.models import digits_job, paced_loss
+
+digits_job(name=NAME, workers="1:2", scale_policy="throughput", epochs=400,
+           loss=paced_loss, evaluate=False)
+"""
+
+
+def _growth_reasons(job) -> list[str]:
+    """What the job's throughput policy said, oldest first, as its journal says it."""
+    return [e.data["reason"] for e in job.events(follow=False) if e.kind == EventKind.GROWTH]
+
+
+def test_the_sidebar_shows_what_the_throughput_policy_does(
+    lab, browser, tmp_path, request, monkeypatch
+):
+    name = f"growth-{secrets.token_hex(3)}"
+    monkeypatch.setenv("ELASTICDL_NB_HOME", str(lab.home))  # (this process's SDK calls)
+    request.addfinalizer(lambda: _stop_if_running(lab, name))
+    subprocess.run(
+        [sys.executable, "-c", GROWING_JOB.replace("NAME", repr(name))],
+        cwd=REPO, env={**os.environ, "ELASTICDL_NB_HOME": str(lab.home)},
+        check=True, timeout=240,
+    )  # fmt: skip
+    import elasticdl_nb as edl
+
+    job = edl.attach(name)
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    request.addfinalizer(page.close)
+    request.addfinalizer(lambda: page.screenshot(path=str(tmp_path / "last-page.png")))
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{lab.url}/lab/workspaces/{name}?reset&token={lab.token}")
+    page.locator(".jp-SideBar.jp-mod-left li[data-id='elasticdl-nb-sidebar']").click(
+        timeout=3 * MINUTE
+    )
+    selector = f".edl-job[data-job-name='{name}']"
+    row = page.locator(selector)
+    page.wait_for_selector(f"{selector}[data-state='running']", timeout=MINUTE)
+    growth = row.locator(".edl-job-growth")
+    assert growth.get_attribute("role") == "status"
+
+    # The policy starts at the range's MIN, then measures: the line says what it said
+    # last, in its own words, as the server read them from the journal.
+    growth.wait_for(state="visible", timeout=MINUTE)
+    shown = growth.inner_text()
+    reasons = _growth_reasons(job)
+    assert reasons[0] == "starting at MIN: 1"
+    assert shown in [f"throughput policy: {reason}" for reason in reasons], (shown, reasons)
+    assert row.locator(".edl-job-workers").get_attribute("data-min") == "1"
+
+    # A fixed count turns the policy off: the line goes.
+    job.scale(1)
+    page.wait_for_selector(
+        f"{selector} .edl-job-workers[data-min='0'][data-desired='1'][data-live='1']",
+        timeout=2 * MINUTE,
+    )
+    growth.wait_for(state="hidden", timeout=MINUTE)
+    assert growth.text_content() == ""
+
+    # A range again: the policy starts over from the workers that run, and says so.
+    job.scale("1:2")
+    page.wait_for_function(
+        """([name]) => {
+            const row = document.querySelector(`.edl-job[data-job-name="${name}"]`);
+            const line = row.querySelector(".edl-job-growth");
+            return !line.hidden && line.textContent.includes("a new range 1:2");
+        }""",
+        arg=[name],
+        timeout=MINUTE,
+    )
+    shown = growth.inner_text()
+    assert re.fullmatch(r"throughput policy: a new range 1:2: measuring again from [12]", shown)
+    assert shown.removeprefix("throughput policy: ") in _growth_reasons(job)
+    page.screenshot(path=str(tmp_path / "sidebar-growth.png"))
+
+    # The job ends while the policy runs: nothing about it is shown any more.
+    assert job.stop()["state"] == "stopped"
+    page.wait_for_selector(f"{selector}[data-state='stopped']", timeout=MINUTE)
+    assert growth.is_hidden() and growth.text_content() == ""
+    assert not errors, errors
 
 
 UNSCHEDULABLE = "unschedulable: 0/1 nodes are available: 1 Insufficient cpu."
