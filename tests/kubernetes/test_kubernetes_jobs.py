@@ -195,6 +195,23 @@ def _unsettled(core, node_name: str, namespace: str, workers: int) -> str:
     return "" if running == workers else f"{running} workers, not {workers}"
 
 
+def _pod_states(core, node_name: str) -> str:
+    """Every pod on the node, one line each: phase, being deleted, container states (what
+    a failure to settle is read from)."""
+    lines = []
+    on_node = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}")
+    for p in on_node.items:
+        states = [
+            next((k for k, v in c.state.to_dict().items() if v), "?")
+            for c in p.status.container_statuses or []
+        ]
+        deleting = f" deleting since {p.metadata.deletion_timestamp}" if (
+            p.metadata.deletion_timestamp) else ""  # fmt: skip
+        lines.append(f"  {p.metadata.namespace}/{p.metadata.name}: {p.status.phase}"
+                     f"{deleting}, containers {states}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def _preemptor(core, node_name: str) -> dict:
     """A pod of the master's priority that fits on the node only if the scheduler
     preempts one worker: it requests the node's free CPU plus half a worker's. Size it
@@ -262,7 +279,9 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
     try:
         wait_for(settled, 120, "a settled node")
     except TimeoutError:
-        raise AssertionError(f"the node did not settle: {unsettled[0]}") from None
+        raise AssertionError(
+            f"the node did not settle: {unsettled[0]}\n{_pod_states(core, real_node.name)}"
+        ) from None
     hit.clear()
     core.create_namespaced_pod(job_namespace, _preemptor(core, real_node.name))
     name = ended("preempted")
