@@ -32,12 +32,21 @@ from elasticdl_nb.vocabulary import Strategy
 log = logging.getLogger("elasticdl_nb.worker")
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a preemption, an eviction, a deleted pod, a job's end): leave at once.
+    Nothing here needs saving (what this worker has not reported goes back to the
+    queue, as after a SIGKILL), and a pod that preempts this one waits until it is gone:
+    unwinding Python, gRPC and TensorFlow took 3-13 s on a pod limited to 200m CPU."""
+    log.info("SIGTERM: exiting now")
+    os._exit(143)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--id", type=int, required=True)
     worker_id = parser.parse_args().id
     setup_logging(f"worker-{worker_id}")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _terminated)
     env = ProcessEnv.from_environ(WORKER)
     log.info("worker %d of job %s started (pid %d)", worker_id, env.files.path.name, os.getpid())
     master = env.master()
