@@ -44,6 +44,7 @@ warm-up job runs first (not counted): the first pods on a node read the image's 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -177,6 +178,26 @@ def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[d
     return rows
 
 
+def carried_over(previous: dict, ran: list[str]) -> tuple[list[dict], dict, dict]:
+    """The rows, runs and run facts (node, command) of the strategies this run did not
+    measure, from the previous result: `--strategies allreduce` keeps A's figures, each
+    with the node and command it was measured with, so that the one result file and
+    picture hold both experiments."""
+    if not previous:
+        return [], {}, {}
+    details = previous.get("details", {})
+    runs = details.get("runs", {})
+    if "gang" in runs:  # (a result from before C: the PS runs only)
+        runs = {"ps": runs}
+    facts = details.get("by_strategy") or {
+        "ps": {"allocatable_m": details.get("allocatable_m"), "command": previous["command"]}
+    }
+    kept = [k for k in runs if k not in ran]
+    rows = [r for r in previous.get("rows", []) for k in kept
+            if r["case"].lower().startswith(f"2 {k} jobs")]  # fmt: skip
+    return rows, {k: runs[k] for k in kept}, {k: facts[k] for k in kept if k in facts}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer epochs")
@@ -208,9 +229,15 @@ def main() -> int:
                 run["usage_over_requests"] = usage_share(run)
                 runs[strategy][mode] = run
     rows = [r for k, v in runs.items() for r in build_rows(k, v, bench.allocatable)]
+    previous = harness.RESULTS_DIR / "elastic_scheduling.json"
+    kept_rows, kept_runs, kept_facts = carried_over(
+        json.loads(previous.read_text()) if previous.exists() else {}, args.strategies
+    )
+    by_strategy = {k: {"allocatable_m": bench.allocatable, "command": command} for k in runs}
     details = dict(
         bench.details,
-        runs=runs,
+        runs={**kept_runs, **runs},
+        by_strategy={**kept_facts, **by_strategy},
         allocatable_m=bench.allocatable,
         requests={"master": MASTER_CPU, "ps": PS_CPU, "worker": WORKER_CPU},
         cpu_limit_m=CPU_LIMIT,
@@ -221,7 +248,7 @@ def main() -> int:
         records=w.records,
     )
     harness.write_result(
-        "elastic_scheduling", title, rows, details, command=command,
+        "elastic_scheduling", title, kept_rows + rows, details, command=command,
         seconds=time.perf_counter() - t_start,
     )  # fmt: skip
     return 0

@@ -154,7 +154,9 @@ def elastic_scheduling(doc: dict, out: Path) -> Path | None:
         2, len(runs), figsize=(6 * len(runs), 4.8), sharex="col", squeeze=False
     )
     colors = {"a": OURS, "b": "#ff7f0e"}
+    facts = doc.get("details", {}).get("by_strategy", {})
     for col, (strategy, modes) in enumerate(runs.items()):
+        node_m = (facts.get(strategy) or {}).get("allocatable_m") or allocatable
         for ax, (mode, run) in zip(axes[:, col], modes.items()):
             samples = [s for s in run["samples"] if "error" not in s]
             ts = [s["t"] - run["t0"] for s in samples]
@@ -169,11 +171,13 @@ def elastic_scheduling(doc: dict, out: Path) -> Path | None:
                 step="post",
             )
             ax.axhline(
-                allocatable / 1000, color="#444", linestyle="--", linewidth=1, label="allocatable"
+                node_m / 1000, color="#444", linestyle="--", linewidth=1, label="allocatable"
             )
             ax.axvline(run["makespan_s"], color="#d62728", linewidth=1, label="makespan")
             ax.set_ylabel("CPU requested")
-            ax.set_title(f"{strategy}, {mode}: makespan {run['makespan_s']:.0f} s", fontsize=9)
+            ax.set_title(
+                f"{strategy} on {node_m}m, {mode}: makespan {run['makespan_s']:.0f} s", fontsize=9
+            )
             ax.legend(loc="upper right", fontsize=7)
         axes[-1, col].set_xlabel("seconds since the first job's submission")
     fig.suptitle(doc["title"], fontsize=10)
