@@ -37,14 +37,17 @@ class Poller:
 
 
 class PodClock(Poller):
-    """Every POLL_S: when each pod was first seen Running, and how many of the job's
-    workers and the service's pods run (the timeline the latencies are read from)."""
+    """Every POLL_S: when each pod was first seen, Running, marked for deletion and gone,
+    and how many of the job's workers and the service's pods run (the timeline the
+    latencies are read from)."""
 
     def __init__(self, core, namespace: str, job: str, service: str):
         super().__init__("pod-clock")
         self.core, self.namespace, self.job, self.service = core, namespace, job, service
         self.first_seen: dict[str, float] = {}
         self.running_at: dict[str, float] = {}
+        self.deleting_at: dict[str, float] = {}  # its deletionTimestamp first seen
+        self.gone_at: dict[str, float] = {}  # the first poll without it
         self.counts: list[tuple[float, int, int]] = []  # (t, job workers, service pods)
 
     def poll(self) -> None:
@@ -54,9 +57,14 @@ class PodClock(Poller):
             return
         now = time.time()
         workers = service = 0
+        present = {p.metadata.name for p in pods}
+        for name in self.first_seen.keys() - present:
+            self.gone_at.setdefault(name, now)
         for p in pods:
             name, labels = p.metadata.name, p.metadata.labels or {}
             self.first_seen.setdefault(name, now)
+            if p.metadata.deletion_timestamp:
+                self.deleting_at.setdefault(name, now)
             running = p.status.phase == "Running" and not p.metadata.deletion_timestamp
             if running:
                 self.running_at.setdefault(name, now)
@@ -95,4 +103,22 @@ def workers_back(clock: PodClock, changes, room_for) -> list[float]:
         want = room_for(replicas)
         back = [c[0] for c in clock.counts if t <= c[0] < end and c[1] >= want]
         out.append(back[0] - t if back else float("inf"))
+    return out
+
+
+def service_pods_gone(clock: PodClock, changes, service: str) -> list[dict[str, float]]:
+    """For each scale-down call: seconds until the service pods it removed were marked
+    for deletion and until the last of them was gone from the API (its CPU free for the
+    scheduler), inf when one was never seen gone. What a slow `workers_back` waited
+    for: the service leaving, or the workers' own return after it."""
+    out = []
+    for i, (t, replicas) in enumerate(changes):
+        if not i or replicas >= changes[i - 1][1]:
+            continue
+        end = changes[i + 1][0] if i + 1 < len(changes) else float("inf")
+        removed = [n for n, at in clock.deleting_at.items()
+                   if n.startswith(service + "-") and t <= at < end]  # fmt: skip
+        marked = max((clock.deleting_at[n] for n in removed), default=float("inf"))
+        gone = max((clock.gone_at.get(n, float("inf")) for n in removed), default=float("inf"))
+        out.append({"marked_s": marked - t, "gone_s": gone - t})
     return out

@@ -1,6 +1,6 @@
 """The figures bench/elastic_service.py judges, read by bench/pod_timeline.py from a pod
 timeline it did not see (service pods' Running after a scale-up, the job's workers back
-after a scale-down)."""
+after a scale-down, and when the service pods a scale-down removed left)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import pod_timeline as bench  # noqa: E402
 
 
-def clock(first_seen, running_at, counts):
-    return SimpleNamespace(first_seen=first_seen, running_at=running_at, counts=counts)
+def clock(first_seen, running_at, counts, deleting_at=None, gone_at=None):
+    return SimpleNamespace(first_seen=first_seen, running_at=running_at, counts=counts,
+                           deleting_at=deleting_at or {}, gone_at=gone_at or {})  # fmt: skip
 
 
 def test_a_new_service_pod_counts_from_the_scale_call_to_its_running():
@@ -39,3 +42,17 @@ def test_workers_are_back_when_the_job_runs_what_the_freed_room_holds():
 
     back = bench.workers_back(clock({}, {}, counts), changes, room_for)
     assert back == [4.0, math.inf]  # 6 by 154 s; 7 never came before the end
+
+
+def test_a_scale_down_says_when_the_service_pods_it_removed_were_marked_and_gone():
+    changes = [(100.0, 5), (150.0, 3), (200.0, 4), (250.0, 1)]
+    deleting = {"service-x-4": 150.5, "service-x-5": 151.0, "service-x-1": 250.2,
+                "service-x-2": 250.3, "service-x-3": 250.4, "beside-worker-2": 150.2}  # fmt: skip
+    gone = {"service-x-4": 152.0, "service-x-5": 163.0, "service-x-1": 251.0,
+            "service-x-2": 251.5, "beside-worker-2": 150.9}  # fmt: skip
+    figures = bench.service_pods_gone(clock({}, {}, [], deleting, gone), changes, "service")
+    # The slowest of the pods each call removed; the scale-up between is not a scale-down.
+    assert figures[0] == {"marked_s": 1.0, "gone_s": 13.0}
+    assert figures[1]["marked_s"] == pytest.approx(0.4)
+    assert math.isinf(figures[1]["gone_s"])  # service-x-3 was never seen gone
+    assert len(figures) == 2
