@@ -75,17 +75,22 @@ class PodClock(Poller):
         self.counts.append((now, workers, service))
 
 
+def _scalings(changes: list[tuple[float, int]], up: bool):
+    """Each scale-up (or scale-down) call of `changes` ((time, replicas), the first from
+    0 replicas) as (its time, its replicas, the next change's time or inf)."""
+    for i, (t, replicas) in enumerate(changes):
+        before = changes[i - 1][1] if i else 0
+        if (replicas > before) if up else (i and replicas < before):
+            yield t, replicas, changes[i + 1][0] if i + 1 < len(changes) else float("inf")
+
+
 def service_pod_latencies(
     clock: PodClock, changes: list[tuple[float, int]], service: str
 ) -> list[float]:
     """Seconds from each scale-up call (`changes`: (time, replicas)) to the Running of
     the service pods it made (those first seen before the next change)."""
     out = []
-    for i, (t, replicas) in enumerate(changes):
-        before = changes[i - 1][1] if i else 0
-        if replicas <= before:
-            continue
-        end = changes[i + 1][0] if i + 1 < len(changes) else float("inf")
+    for t, _, end in _scalings(changes, up=True):
         new = [n for n, seen in clock.first_seen.items() if n.startswith(service + "-")
                and t <= seen < end]  # fmt: skip
         out += [clock.running_at.get(n, float("inf")) - t for n in new]
@@ -96,10 +101,7 @@ def workers_back(clock: PodClock, changes, room_for) -> list[float]:
     """Seconds from each scale-down call until the job runs the workers the freed room
     holds (`room_for(replicas)`); inf when it never did before the next change."""
     out = []
-    for i, (t, replicas) in enumerate(changes):
-        if not i or replicas >= changes[i - 1][1]:
-            continue
-        end = changes[i + 1][0] if i + 1 < len(changes) else float("inf")
+    for t, replicas, end in _scalings(changes, up=False):
         want = room_for(replicas)
         back = [c[0] for c in clock.counts if t <= c[0] < end and c[1] >= want]
         out.append(back[0] - t if back else float("inf"))
@@ -112,10 +114,7 @@ def service_pods_gone(clock: PodClock, changes, service: str) -> list[dict[str, 
     scheduler), inf when one was never seen gone. What a slow `workers_back` waited
     for: the service leaving, or the workers' own return after it."""
     out = []
-    for i, (t, replicas) in enumerate(changes):
-        if not i or replicas >= changes[i - 1][1]:
-            continue
-        end = changes[i + 1][0] if i + 1 < len(changes) else float("inf")
+    for t, _, end in _scalings(changes, up=False):
         removed = [n for n, at in clock.deleting_at.items()
                    if n.startswith(service + "-") and t <= at < end]  # fmt: skip
         marked = max((clock.deleting_at[n] for n in removed), default=float("inf"))
