@@ -15,6 +15,7 @@ import pytest
 from elasticdl_nb.runtime.master.journal import read_journal_file
 from elasticdl_nb.sdk.progress import ProgressPrinter
 from elasticdl_nb.sdk.view import JobView
+from elasticdl_nb.sdk.view.text import format_goodput
 from elasticdl_nb.sdk.view.timeline import MASTER_LOST, PS_LOST, RELAUNCH, STRAGGLER, WORKER_LOST
 from elasticdl_nb.server.summary import JobViews
 from elasticdl_nb.vocabulary import EventKind, JobState, payload_problems
@@ -154,7 +155,10 @@ def test_the_text_progress_says_what_the_view_logged():
     lines = out.getvalue().splitlines()
     logged = [f"[j] {line.text}" for line in folded("ps_worker_killed").log]
     assert [line for line in lines if " | " not in line] == logged
-    assert "[j] job started" in lines and lines[-1] == "[j] job succeeded: all epochs done"
+    end = [e for e in events_of("ps_worker_killed") if e.kind == "job_state"][-1]
+    assert end.data["goodput"] < 1  # a worker was killed: the end line gives the figure
+    ending = f"[j] job succeeded: all epochs done ({format_goodput(end.data['goodput'])})"
+    assert "[j] job started" in lines and lines[-1] == ending
     assert "goodput" in next(line for line in lines if " | " in line)
 
 

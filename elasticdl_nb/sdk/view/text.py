@@ -137,7 +137,9 @@ def _job_state(d: dict) -> str:
     if d["state"] == JobState.RUNNING:
         return "job started"
     reason = f": {d['reason']}" if d.get("reason") else ""
-    return f"job {d['state']}{reason}"
+    # The job's last word on goodput: the last progress line may be seconds older.
+    goodput = f" ({format_goodput(d['goodput'])})" if d.get("goodput") is not None else ""
+    return f"job {d['state']}{reason}{goodput}"
 
 
 def _evaluation(d: dict) -> str:
