@@ -45,6 +45,7 @@ from node_bench import (  # noqa: E402
     CpuSampler,
     NodeBench,
     skipped,
+    usage_by_role,
     usage_share,
     utilization,
 )
@@ -158,6 +159,7 @@ def run_beside(w, epochs, step_s, options, admin, core, namespace, node) -> dict
         "counts": [(t - t0, n, s) for t, n, s in clock.counts],
         "samples": sampler.samples,
         "usage_over_requests": usage_share({"samples": inside}),
+        "usage_by_role_m": usage_by_role({"samples": inside}),
         "usage_error": sampler.usage_error,
         "other_m": other,
         "job": job,

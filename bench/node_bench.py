@@ -129,15 +129,16 @@ class CpuSampler(Poller):
                 if job and p.spec.node_name:
                     requested[job] = requested.get(job, 0) + requested_millicores(p)
             if len(self.samples) % 4 == 0:
-                sample["used"] = self._used()
+                sample["used"], sample["used_by_role"] = self._used()
         except Exception as exc:  # (the API server busy: a gap in the samples)
             sample["error"] = repr(exc)
         self.samples.append(sample)
 
-    def _used(self) -> dict[str, float]:
-        """Millicores each job's pods use now, by the kubelet's summary."""
+    def _used(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """Millicores each job's pods use now, by the kubelet's summary; and by role
+        (master, ps, worker, or the service's name): each pod's millicores."""
         if self.usage_error:
-            return {}
+            return {}, {}
         try:
             reply = self.core.connect_get_node_proxy_with_path(
                 self.node, "stats/summary", _preload_content=False
@@ -145,8 +146,9 @@ class CpuSampler(Poller):
             summary = json.loads(reply.data)
         except Exception as exc:
             self.usage_error = f"no kubelet summary: {exc!r}"[:300]
-            return {}
+            return {}, {}
         used: dict[str, float] = {}
+        by_role: dict[str, list[float]] = {}
         for pod in summary.get("pods", []):
             ref = pod.get("podRef", {})
             if ref.get("namespace") != self.namespace:
@@ -154,7 +156,25 @@ class CpuSampler(Poller):
             job = ref.get("name", "").rsplit("-", 2)[0]
             nano = (pod.get("cpu") or {}).get("usageNanoCores") or 0
             used[job] = used.get(job, 0.0) + nano / 1e6
-        return used
+            by_role.setdefault(pod_role(ref.get("name", "")), []).append(round(nano / 1e6))
+        return used, by_role
+
+
+def pod_role(pod_name: str) -> str:
+    """A job pod's role from its name (JOB-master-xxxxx, JOB-ps-0, JOB-worker-3), or
+    "service" for the others (elastic_service.py's Deployment)."""
+    parts = pod_name.rsplit("-", 2)
+    return parts[1] if len(parts) == 3 and parts[1] in ("master", "ps", "worker") else "service"
+
+
+def usage_by_role(run: dict[str, Any]) -> dict[str, float]:
+    """Millicores a pod of each role used, averaged over every pod of the role at every
+    sample that measured use (the figure to set its request by)."""
+    pods: dict[str, list[float]] = {}
+    for s in run["samples"]:
+        for role, each in (s.get("used_by_role") or {}).items():
+            pods.setdefault(role, []).extend(each)
+    return {role: round(sum(m) / len(m)) for role, m in sorted(pods.items()) if m}
 
 
 def utilization(run: dict[str, Any], allocatable: int) -> float:
