@@ -40,6 +40,7 @@ from node_bench import (  # noqa: E402
     skipped,
 )
 
+from elasticdl_nb.data import stage_arrays  # noqa: E402
 from elasticdl_nb.runtime.ps.ledger import ledger_problems  # noqa: E402
 
 SUBJECT, OTHER = "2:6", "1:4"
@@ -66,10 +67,13 @@ def mean_worker_pods(samples: list[dict], name: str, start: float, end: float) -
 def run_policy(policy: str, ctr, cnn, quick: bool, bench: NodeBench) -> dict[str, Any]:
     namespace, options = bench.run_options()
     sampler = CpuSampler(bench.core, namespace, bench.node).start()
+    # The CTR arrays (2 MB) are more than a job's ConfigMap holds: files on the shared
+    # volume, as a user with large data does.
+    data = stage_arrays(*ctr.data, str(bench.shared / "ctr-data"))
     try:
         t0 = time.time()
         subject = ctr.train(workers=SUBJECT, scale_policy=policy, ps=1, name=f"ctr-{policy}",
-                            epochs=SUBJECT_EPOCHS[quick], **options)  # fmt: skip
+                            epochs=SUBJECT_EPOCHS[quick], data=data, **options)  # fmt: skip
         time.sleep(OTHER_AFTER)
         submitted = time.time()
         other = cnn.train(workers=OTHER, ps=1, name=f"cnn-{policy}",

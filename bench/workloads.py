@@ -59,15 +59,15 @@ class Workload:
 
     def train(self, **options: Any) -> edl.Job:
         """An elasticdl-nb job of this workload: its functions, data, batch and task
-        size, and epochs unless `options` say otherwise."""
+        size, and data and epochs unless `options` say otherwise (data: the arrays
+        staged as files, for a job whose ConfigMap cannot hold them)."""
         return edl.train(
             self.model,
             loss=self.loss,
             optimizer=self.optimizer,
-            data=self.data,
             minibatch_size=self.batch,
             minibatches_per_task=self.per_task,
-            **{"epochs": self.epochs, **options},
+            **{"data": self.data, "epochs": self.epochs, **options},
         )
 
 
