@@ -196,6 +196,7 @@ def test_the_view_shows_pending_workers_with_the_schedulers_reason_and_the_floor
     assert view.timeline.now() == (3, 4, 1)
     status = master.status()  # (what Job.status() returns)
     assert status["pending_workers"] == [{"id": 3, "reason": UNSCHEDULABLE}]
+    assert (status["workers"], status["running_workers"]) == (4, 3)  # as the view's live
     assert (status["min_workers"], status["desired_workers"]) == (2, 4)
     assert status["waiting_for_workers"] is True
     assert f"worker 3 pending: {UNSCHEDULABLE}" in out.getvalue()

@@ -272,6 +272,8 @@ class JobMaster:
 
     def status(self) -> dict:
         with self.lock:
+            workers = self.instances.active_workers()
+            pending = self.instances.pending_workers()
             return {
                 "name": self.name,
                 "state": self.state,
@@ -280,12 +282,14 @@ class JobMaster:
                 "started": self.started,
                 "ended": self.ended,
                 **self.progress_fields(),
-                "workers": len(self.instances.active_workers()),
+                # workers: every worker the job holds, running or pending (a pod placed
+                # or waiting for room); running_workers: those started
+                "workers": len(workers),
+                "running_workers": len([w for w in workers if w not in pending]),
                 "desired_workers": self.instances.desired_workers,
                 "min_workers": self.instances.min_workers,
                 "pending_workers": [
-                    {"id": worker, "reason": why}
-                    for worker, why in sorted(self.instances.pending_workers().items())
+                    {"id": worker, "reason": why} for worker, why in sorted(pending.items())
                 ],
                 "waiting_for_workers": self.floor.held(),
                 **({"growth": self.growth.status()} if self.growth else {}),
