@@ -101,6 +101,22 @@ def job_epochs(strategy: str, key: str, epochs: int) -> int:
     return round(epochs * SECOND_LONGER[strategy]) if key == JOBS[1] else epochs
 
 
+def worker_starts(events: list, t0: float) -> dict[int, dict[str, float | None]]:
+    """Each worker's pod made (`started`), confirmed running (`running`) and first asking
+    for work (`asked`: TensorFlow imported, the model built), in seconds since t0, from
+    the job's journal: how long growing into freed room takes."""
+    out: dict[int, dict[str, float | None]] = {}
+    for e in events:
+        d = e.data
+        if e.kind == "instance" and d["role"] == "worker" and d["kind"] in ("started", "running"):
+            out.setdefault(d["id"], {"started": None, "running": None, "asked": None})
+            out[d["id"]][d["kind"]] = out[d["id"]][d["kind"]] or round(e.time - t0, 1)
+        elif e.kind == "queue" and d["op"] == "next_for" and d.get("worker") in out:
+            times = out[d["worker"]]
+            times["asked"] = times["asked"] or round(e.time - t0, 1)
+    return out
+
+
 def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[str, Any]:
     """Both jobs in one mode; returns their figures and the CPU samples."""
     sampler = CpuSampler(core, namespace, node).start()
@@ -134,6 +150,7 @@ def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[
     x, y = held_out[0][w.records :], held_out[1][w.records :]
     out = {"t0": t0, "makespan_s": max(ends.values()) - t0, "jobs": {}}
     for key, job in jobs.items():
+        events = list(job.events(follow=False))
         model = job.model()
         predicted = model.predict(x, verbose=0).argmax(axis=1)
         out["jobs"][key] = {
@@ -144,10 +161,9 @@ def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[
             "accuracy": float((predicted == y).mean()),
             # (allreduce) each group version's size and when it formed: growth in place
             "group_sizes": [
-                [round(e.time - t0, 1), len(e.data["members"])]
-                for e in job.events(follow=False)
-                if e.kind == "group"
+                [round(e.time - t0, 1), len(e.data["members"])] for e in events if e.kind == "group"
             ],
+            "worker_starts": worker_starts(events, t0),
             "ledger_problems": (
                 ledger_problems(job.dir, 1, [w.records], job_epochs(strategy, key, epochs))
                 if ps
@@ -170,7 +186,19 @@ def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[d
         f"{allocatable}m node, the 2nd {SECOND_AFTER:.0f} s later, workers "
         f"{least}:{most} vs {most}" + (f", the 2nd {longer:g}× as long" if longer != 1 else "")
     )
-    sizes = [f"{n} at {t:.0f} s" for t, n in e["jobs"]["b"].get("group_sizes", [])]
+    a_end, b = e["jobs"]["a"]["ended_s"], e["jobs"]["b"]
+    sizes = [f"{n} at {t:.0f} s" for t, n in b.get("group_sizes", [])]
+    grown = [
+        f"worker {w}: pod made at {t['started']:.0f} s, "
+        f"asked for work {t['asked'] - t['started']:.0f} s later"
+        for w, t in (b.get("worker_starts") or {}).items()
+        if t["started"] is not None and t["started"] > a_end and t["asked"] is not None
+    ]
+    growth = "; ".join(
+        [f"the 1st ended at {a_end:.0f} s"]
+        + ([f"the 2nd's group: {', '.join(sizes)}"] if sizes else [])
+        + grown
+    )
     rows = [
         harness.row(case, "makespan", [e["makespan_s"]], [g["makespan_s"]], unit="s",
                     baseline_label="gang scheduling", higher_is_better=False,
@@ -182,8 +210,7 @@ def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[d
         harness.row(case, "2nd job, submitted to done", [e["jobs"]["b"]["completion_s"]],
                     [g["jobs"]["b"]["completion_s"]], unit="s",
                     baseline_label="gang scheduling", higher_is_better=False,
-                    note=(f"the 1st ended at {e['jobs']['a']['ended_s']:.0f} s; the 2nd's "
-                          f"group: {', '.join(sizes)}" if sizes else "")),
+                    note=growth),
     ]  # fmt: skip
     for key in JOBS:
         gap = abs(e["jobs"][key]["accuracy"] - g["jobs"][key]["accuracy"])
