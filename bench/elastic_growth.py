@@ -45,8 +45,11 @@ from elasticdl_nb.runtime.ps.ledger import ledger_problems  # noqa: E402
 
 SUBJECT, OTHER = "2:6", "1:4"
 OTHER_AFTER = 5.0
-OTHER_EPOCHS = {True: 300, False: 500}
-SUBJECT_EPOCHS = {True: 3, False: 4}
+# Long enough for the policy to measure 2 workers, add a 3rd and judge it (each step: the
+# pod placed and started, then growth.py's SETTLE_S + WINDOW_S): at 3 epochs (~50 s) it
+# never left MIN.
+OTHER_EPOCHS = {True: 500, False: 800}
+SUBJECT_EPOCHS = {True: 10, False: 16}
 POLICIES = ("max", "throughput")
 
 
