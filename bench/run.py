@@ -1,6 +1,8 @@
 """`make bench`: every benchmark, one after another, then the merged results, plots, table.
 
     .venv/bin/python bench/run.py [--quick] [--only throughput,transfer,...]
+    .venv/bin/python bench/run.py --merge --only elastic_service,...
+
 
 Each benchmark runs as its own process (a fresh TensorFlow, no state carried between
 them) and writes bench/results/<name>.json (bench/harness.py). This script then writes
@@ -10,7 +12,9 @@ the other benchmarks' latest results are kept), the PNG plots
 every ratio. A benchmark that fails is reported as failed; the others still run, and the
 exit status says so. A benchmark that cannot run on this machine (kubernetes_node.py without
 root or without the real node's programs) writes a result that says why, shown as
-skipped; that is no failure.
+skipped; that is no failure. `--merge` runs nothing: it takes the named benchmarks'
+result files as their own runs left them (e.g. `bench/elastic_service.py --quick`) into
+bench/results.json, the plots and the table; a row from a quick run says so.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def _cell(stats: dict | None, unit: str) -> str:
 
 def _verdict(r: dict) -> str:
     if r["target"] is not None:
-        return f"≥ {r['target']}: {'met' if r['met'] else '**not met**'}"
+        return f"≥ {r['target']:.3g}: {'met' if r['met'] else '**not met**'}"
     if r["limit"] is not None:
         bound = "≥" if r["higher_is_better"] else "≤"
         return f"{bound} {r['limit']}: {'met' if r['met'] else '**not met**'}"
@@ -84,6 +88,8 @@ def table(results: dict) -> str:
             lines.append(f"| {name} | — | — | skipped: {skipped[:200]} | | | |")
             continue
         when = f"{name}<br>{doc['machine']['date'][:16].replace('T', ' ')}"
+        if "--quick" in doc.get("command", ""):
+            when += "<br>(--quick)"
         for r in doc["rows"]:
             base = _cell(r["baseline"], r["unit"])
             if r["baseline"]:
@@ -112,6 +118,21 @@ def write_readme_table(results: dict, machine: dict, command: str) -> None:
     README.write_text(head + TABLE_BEGIN + body + TABLE_END + tail)
 
 
+def merge(names: list[str]) -> int:
+    """The named benchmarks' result files into bench/results.json, the plots and the
+    table; the header still names the last full run (each row its own date)."""
+    merged_path = harness.ROOT / "bench" / "results.json"
+    merged = json.loads(merged_path.read_text())
+    for name in names:
+        merged["results"][name] = json.loads((harness.RESULTS_DIR / f"{name}.json").read_text())
+    merged["results"] = {n: merged["results"][n] for n in BENCHMARKS if n in merged["results"]}
+    merged_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
+    plots.draw(merged["results"], harness.ROOT / "bench" / "plots")
+    write_readme_table(merged["results"], merged["machine"], merged["command"])
+    harness.log(f"merged {', '.join(names)} into bench/results.json and the table")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
@@ -119,7 +140,13 @@ def main() -> int:
     parser.add_argument(
         "--extra", default="", help="arguments for each benchmark run (e.g. '--parts B,C')"
     )
+    parser.add_argument(
+        "--merge", action="store_true",
+        help="run nothing: merge the --only benchmarks' result files as they are",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.merge:
+        return merge(args.only.split(","))
     command = " ".join(
         ["make bench" if len(sys.argv) == 1 else ".venv/bin/python bench/run.py", *sys.argv[1:]]
     )
