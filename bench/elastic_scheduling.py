@@ -111,8 +111,8 @@ def worker_starts(events: list, t0: float) -> dict[int, dict[str, float | None]]
         if e.kind == "instance" and d["role"] == "worker" and d["kind"] in ("started", "running"):
             out.setdefault(d["id"], {"started": None, "running": None, "asked": None})
             out[d["id"]][d["kind"]] = out[d["id"]][d["kind"]] or round(e.time - t0, 1)
-        elif e.kind == "queue" and d["op"] == "next_for" and d.get("worker") in out:
-            times = out[d["worker"]]
+        elif e.kind == "queue" and d["op"] == "next_for" and d.get("worker_id") in out:
+            times = out[d["worker_id"]]  # (next_for's argument, as the queue journals it)
             times["asked"] = times["asked"] or round(e.time - t0, 1)
     return out
 
