@@ -118,17 +118,25 @@ def write_readme_table(results: dict, machine: dict, command: str) -> None:
     README.write_text(head + TABLE_BEGIN + body + TABLE_END + tail)
 
 
-def merge(names: list[str]) -> int:
-    """The named benchmarks' result files into bench/results.json, the plots and the
-    table; the header still names the last full run (each row its own date)."""
+def publish(results: dict[str, dict], run: dict | None = None) -> list:
+    """`results` into bench/results.json beside the other benchmarks' latest (each entry
+    carries its own date, machine and code state), then the plots and the table. `run`:
+    this run's command, seconds and machine; None keeps the file's (the last full run)."""
     merged_path = harness.ROOT / "bench" / "results.json"
-    merged = json.loads(merged_path.read_text())
-    for name in names:
-        merged["results"][name] = json.loads((harness.RESULTS_DIR / f"{name}.json").read_text())
-    merged["results"] = {n: merged["results"][n] for n in BENCHMARKS if n in merged["results"]}
+    previous = json.loads(merged_path.read_text()) if merged_path.exists() else {}
+    everything = {**previous.get("results", {}), **results}
+    everything = {n: everything[n] for n in BENCHMARKS if n in everything}
+    head = run or {k: previous[k] for k in ("command", "seconds", "machine")}
+    merged = {**head, "results": everything}
     merged_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
-    plots.draw(merged["results"], harness.ROOT / "bench" / "plots")
-    write_readme_table(merged["results"], merged["machine"], merged["command"])
+    written = plots.draw(everything, harness.ROOT / "bench" / "plots")
+    write_readme_table(everything, head["machine"], head["command"])
+    return written
+
+
+def merge(names: list[str]) -> int:
+    """The named benchmarks' result files, as their own runs left them, published."""
+    publish({n: json.loads((harness.RESULTS_DIR / f"{n}.json").read_text()) for n in names})
     harness.log(f"merged {', '.join(names)} into bench/results.json and the table")
     return 0
 
@@ -172,16 +180,8 @@ def main() -> int:
             results[name] = {"error": f"exit status {done.returncode}"}
         harness.log(f"=== {name}: {time.perf_counter() - started:.0f} s")
     seconds = time.perf_counter() - t0
-    # A partial run (--only) replaces its benchmarks' entries and keeps the others; each
-    # entry carries its own date, machine and code state.
-    merged_path = harness.ROOT / "bench" / "results.json"
-    everything = json.loads(merged_path.read_text())["results"] if merged_path.exists() else {}
-    everything.update(results)
-    everything = {n: everything[n] for n in BENCHMARKS if n in everything}
-    merged = {"command": command, "seconds": seconds, "machine": machine, "results": everything}
-    merged_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
-    written = plots.draw(everything, harness.ROOT / "bench" / "plots")
-    write_readme_table(everything, machine, command)
+    # A partial run (--only) replaces its benchmarks' entries and keeps the others.
+    written = publish(results, {"command": command, "seconds": seconds, "machine": machine})
     print()
     for name, doc in results.items():
         for r in doc.get("rows", []):
