@@ -151,6 +151,7 @@ def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[
     out = {"t0": t0, "makespan_s": max(ends.values()) - t0, "jobs": {}}
     for key, job in jobs.items():
         events = list(job.events(follow=False))
+        trained = job_epochs(strategy, key, epochs)
         model = job.model()
         predicted = model.predict(x, verbose=0).argmax(axis=1)
         out["jobs"][key] = {
@@ -165,11 +166,9 @@ def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[
             ],
             "worker_starts": worker_starts(events, t0),
             "ledger_problems": (
-                ledger_problems(job.dir, 1, [w.records], job_epochs(strategy, key, epochs))
+                ledger_problems(job.dir, 1, [w.records], trained)
                 if ps
-                else replica_problems(
-                    job.dir, [w.records], w.batch, job_epochs(strategy, key, epochs)
-                )
+                else replica_problems(job.dir, [w.records], w.batch, trained)
             )[:5],
         }
     out["samples"] = sampler.samples
