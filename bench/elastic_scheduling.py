@@ -31,11 +31,15 @@ it did not train on, and that every record was applied exactly once per epoch (t
 ledger; the replicas' ledgers for allreduce).
 
 Why 900m of 1500m: with jobs of a share m of the node at MAX, speed in proportion to CPU
-and a short offset, gang takes about 2T (T: a job alone) and elastic about
-2T·(1 − (1−m)/(2m)) (the second job runs on the 1−m left until the first ends), so
-elastic ≤ 0.75× gang needs m ≤ 2/3; at m = 0.6 the bound is 0.67×, and the requested
-CPU averages m divided by that ratio. (On the whole 2000m, 1100m jobs gave 0.54× and
-1400m jobs 0.78×: PS-bound jobs lose less than their CPU share with fewer workers.)
+and no start-up cost, gang takes 2T (T: a job alone) and elastic E = 2T − (T−o)(1−m)/m
+(o: SECOND_AFTER; the second job runs on the 1−m left until the first ends), and the
+requested CPU averages the jobs' work over E: 2mT/E, m over the makespan ratio
+(node_bench.proportional_bound, quoted beside each row). So the two targets pull apart:
+E ≤ 0.75 × 2T needs m < 2/3, and a requested share ≥ 0.85 needs E/2T ≤ m/0.85, which at
+m = 0.6 is 0.706: T ≥ 8.5·o = 255 s with nothing lost to start-ups. At T ≈ 135 s
+(--quick) the best is 0.74× and 0.81; EPOCHS[full] makes T ≈ 450 s, where it is 0.69×
+and 0.87. (On the whole 2000m, 1100m jobs gave 0.54× and 1400m jobs 0.78×: PS-bound
+jobs lose less than their CPU share with fewer workers.)
 
 The gang runs are each job alone on the node, so they are the accuracy baseline. A short
 warm-up job runs first (not counted): the first pods on a node read the image's files.
@@ -63,6 +67,7 @@ from node_bench import (  # noqa: E402
     WORKER_CPU,
     CpuSampler,
     NodeBench,
+    proportional_bound,
     skipped,
     usage_by_role,
     usage_share,
@@ -85,7 +90,7 @@ SECOND_AFTER = 30.0
 # 2026-12-05: two 200m workers train this CNN about as fast as four), so it never grew;
 # a longer second job outlives the first and shows the group taking the freed room in place.
 SECOND_LONGER = {"ps": 1.0, "allreduce": 1.5}
-EPOCHS = {True: 500, False: 900}  # by --quick: ~2 and ~3.5 min a job alone at MAX
+EPOCHS = {True: 500, False: 1700}  # by --quick: ~2.3 and ~7.7 min a job alone at MAX
 WARMUP_EPOCHS = 5
 JOBS = ("a", "b")
 
@@ -193,6 +198,10 @@ def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[d
         for w, t in (b.get("worker_starts") or {}).items()
         if t["started"] is not None and t["started"] > a_end and t["asked"] is not None
     ]
+    bound = proportional_bound(
+        job_cpu(strategy) / allocatable, g["jobs"]["a"]["completion_s"], SECOND_AFTER, longer
+    )
+    best = "the best if speed followed CPU, with no start-up (proportional_bound):"
     growth = "; ".join(
         [f"the 1st ended at {a_end:.0f} s"]
         + ([f"the 2nd's group: {', '.join(sizes)}"] if sizes else [])
@@ -201,11 +210,13 @@ def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[d
     rows = [
         harness.row(case, "makespan", [e["makespan_s"]], [g["makespan_s"]], unit="s",
                     baseline_label="gang scheduling", higher_is_better=False,
-                    target=1 / 0.75, note="target: elastic ≤ 0.75× gang"),
+                    target=1 / 0.75,
+                    note=f"target: elastic ≤ 0.75× gang; {best} {bound['ratio']:.2f}×"),
         harness.row(case, "CPU requested / allocatable over the makespan",
                     [utilization(e, allocatable)], [utilization(g, allocatable)],
                     baseline_label="gang scheduling", limit=0.85,
-                    note="ElasticDL's experiment: ≈ 0.73 elastic, ≈ 0.51 gang"),
+                    note=f"ElasticDL's experiment: ≈ 0.73 elastic, ≈ 0.51 gang; elastic "
+                         f"{best} {bound['requested']:.2f}"),
         harness.row(case, "2nd job, submitted to done", [e["jobs"]["b"]["completion_s"]],
                     [g["jobs"]["b"]["completion_s"]], unit="s",
                     baseline_label="gang scheduling", higher_is_better=False,

@@ -42,14 +42,14 @@ class NodeBench:
     `details` gets its start-up seconds and what its stop left undone), everything
     removed on exit."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, reserved_cpu_m: int = RESERVED_CPU_M):
         self.prefix = prefix
         self.details: dict[str, Any] = {}
         self.workdir = Path(tempfile.mkdtemp(prefix=f"edl-bench-{prefix}-"))
         self.session = node_session.NodeSession(
-            self.workdir / "node", reserved_cpu_m=RESERVED_CPU_M
+            self.workdir / "node", reserved_cpu_m=reserved_cpu_m
         )
-        self.details["reserved_cpu_m"] = RESERVED_CPU_M
+        self.details["reserved_cpu_m"] = reserved_cpu_m
         self.core = self.node = None
         self.allocatable = 0
 
@@ -196,3 +196,27 @@ def usage_share(run: dict[str, Any]) -> float | None:
     if not pairs:
         return None
     return sum(u for u, _ in pairs) / sum(r for _, r in pairs)
+
+
+def proportional_bound(
+    share: float, alone_s: float, offset_s: float, longer: float = 1.0
+) -> dict[str, float]:
+    """The best any scheduler does with two jobs of `share` of the node at MAX whose speed
+    is in proportion to the CPU they hold, with no start-up cost: the first alone for
+    `alone_s`, the second `longer` times its work, submitted `offset_s` later. Gang runs
+    them one after the other; elastic gives the second what the first leaves until the
+    first ends, then its MAX. Returns the elastic makespan over gang's ("ratio") and the
+    requested CPU over allocatable averaged over the elastic makespan ("requested"),
+    which is the two jobs' work over that makespan: share × (1 + longer) × alone_s / E,
+    i.e. share / ratio for equal jobs. So the two figures pull against each other: a
+    smaller share leaves more for the second job (a lower ratio) and fills less of the
+    node."""
+    t, work = alone_s, longer * alone_s
+    speed = min(1.0, (1.0 - share) / share)  # the second job's, beside the first
+    done_beside = (t - offset_s) * speed
+    if done_beside >= work:  # it ends before the first does: the first's end is the makespan
+        elastic = t
+    else:
+        elastic = t + work - done_beside
+    gang = t + work
+    return {"ratio": elastic / gang, "requested": share * (t + work) / elastic}

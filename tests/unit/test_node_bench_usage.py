@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from node_bench import pod_role, usage_by_role  # noqa: E402
+from node_bench import pod_role, proportional_bound, usage_by_role  # noqa: E402
 
 
 def test_a_pod_s_role_comes_from_the_end_of_its_name_even_when_the_job_says_ps():
@@ -25,3 +25,17 @@ def test_usage_by_role_averages_every_pod_at_every_measured_sample():
     ]
     assert usage_by_role({"samples": samples}) == {"master": 40, "ps": 90, "worker": 160}
     assert usage_by_role({"samples": samples[1:2]}) == {}
+
+
+def test_the_proportional_bound_of_two_equal_jobs_is_share_over_ratio():
+    # 0.6 of the node, 135 s alone, the second 30 s later (experiment A, quick): the
+    # second does 105 s × 2/3 beside the first, the 65 s left at MAX.
+    bound = proportional_bound(0.6, 135.0, 30.0)
+    assert abs(bound["ratio"] - 200 / 270) < 1e-9
+    assert abs(bound["requested"] - 0.6 / (200 / 270)) < 1e-9
+
+
+def test_a_second_job_that_fits_beside_the_first_ends_there_and_never_grows():
+    bound = proportional_bound(0.6, 200.0, 30.0, longer=0.5)  # 100 s of work, 113 s room
+    assert abs(bound["ratio"] - 200 / 300) < 1e-9  # (150 s at 2/3 speed: done at 180 s)
+    assert abs(bound["requested"] - 0.6 * 300 / 200) < 1e-9
