@@ -153,7 +153,7 @@ def main() -> int:
     if skipped("elastic_growth", title, command):
         return 0
     all_work = workloads.workloads(quick=True)  # (the smaller CTR data set, as scaling.py)
-    cnn, ctr = all_work["cnn"], all_work["ctr"]
+    cnn, ctr = all_work["cnn"].with_tasks_for(int(OTHER.split(":")[1])), all_work["ctr"]
     wide = functools.partial(ctr.model, dim=EMBEDDING_DIM)
     title = ctr.title.replace(",16)", f",{EMBEDDING_DIM})")
     ctr = dataclasses.replace(ctr, model=wide, title=title)

@@ -272,7 +272,8 @@ def main() -> int:
     t_start = time.perf_counter()
     if skipped("elastic_scheduling", title, command):
         return 0
-    w = workloads.workloads(args.quick)["cnn"]
+    most = max(shape[2] for shape in SHAPES.values())
+    w = workloads.workloads(args.quick)["cnn"].with_tasks_for(most)
     epochs = EPOCHS[args.quick]
     runs: dict[str, dict] = {}
     with NodeBench("elastic") as bench, harness.job_home():

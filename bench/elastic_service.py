@@ -216,7 +216,7 @@ def main() -> int:
         return 0
     from kubernetes import client
 
-    w = workloads.workloads(args.quick)["cnn"]
+    w = workloads.workloads(args.quick)["cnn"].with_tasks_for(MAX)
     epochs, step_s = EPOCHS[args.quick], STEP_S[args.quick]
     with NodeBench("service") as bench, harness.job_home():
         client.SchedulingV1Api(bench.session.admin).create_priority_class(

@@ -24,7 +24,7 @@ import importlib.util
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,23 @@ class Workload:
     @property
     def records(self) -> int:
         return len(self.data[0])
+
+    def with_tasks_for(self, workers: int) -> Workload:
+        """This workload with minibatches per task cut down, if need be, so that an epoch
+        has at least `workers` tasks. The master queues an epoch's tasks when the one
+        before is done, so workers beyond its task count wait out every epoch: the CNN's
+        1,408 digits in tasks of 11 minibatches are 2 tasks, so three workers trained
+        two thirds of the time each and a fourth added nothing."""
+        minibatches = self.records // self.batch
+        per_task = max(
+            (
+                n
+                for n in range(1, self.per_task + 1)
+                if minibatches % n == 0 and minibatches // n >= workers
+            ),
+            default=1,
+        )
+        return replace(self, per_task=per_task)
 
     def train(self, **options: Any) -> edl.Job:
         """An elasticdl-nb job of this workload: its functions, data, batch and task

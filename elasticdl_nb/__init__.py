@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from elasticdl_nb.sdk import Job, JobFailed, attach, jobs, train
     from elasticdl_nb.sdk.embeddings import load_embeddings
     from elasticdl_nb.sdk.errors import (
+        IdleWorkersWarning,
         JobNotFound,
         JobNotRunning,
         NoModelYet,
@@ -37,7 +38,15 @@ _LAZY = {
     "Mode": "elasticdl_nb.model.contract",
     **dict.fromkeys(["Job", "JobFailed", "attach", "jobs", "train"], "elasticdl_nb.sdk"),
     **dict.fromkeys(
-        ["JobNotFound", "JobNotRunning", "NoModelYet", "NoSuchLog", "ScaleRefused", "UnknownRole"],
+        [
+            "IdleWorkersWarning",
+            "JobNotFound",
+            "JobNotRunning",
+            "NoModelYet",
+            "NoSuchLog",
+            "ScaleRefused",
+            "UnknownRole",
+        ],
         "elasticdl_nb.sdk.errors",
     ),
     **dict.fromkeys(["JobSpec", "SpecError"], "elasticdl_nb.spec"),
@@ -66,6 +75,7 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "ElasticDLError",
+    "IdleWorkersWarning",
     "Job",
     "JobFailed",
     "JobNotFound",

@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from elasticdl_nb.backends import backend_names, get_backend, job_records
 from elasticdl_nb.backends.job_records import JobRecord
 from elasticdl_nb.capture import write_bundle
 from elasticdl_nb.data import DataError, SourceInfo, resolve_sources, stage_arrays
-from elasticdl_nb.sdk.errors import JobNotFound
+from elasticdl_nb.sdk.errors import IdleWorkersWarning, JobNotFound
 from elasticdl_nb.sdk.job import Job
 from elasticdl_nb.sdk.model_source import functions_of
 from elasticdl_nb.spec import JobSpec, SpecError
@@ -95,6 +96,7 @@ def train(
             if sources[option] is None:  # in-memory arrays
                 sources[option] = _staged_sources(spec, option, value, record.files)
         _write_job_dir(record, spec, sources, functions)
+        _warn_of_idle_workers(spec, sources["data"])
         if check:
             from elasticdl_nb.sdk.preflight import check_one_batch
 
@@ -106,6 +108,32 @@ def train(
         shutil.rmtree(record.dir, ignore_errors=True)  # nothing was launched: leave no trace
         raise
     return Job(record)
+
+
+def _warn_of_idle_workers(spec: JobSpec, train: list[SourceInfo]) -> None:
+    """Warn (IdleWorkersWarning) when the job may run more workers than an epoch has
+    tasks, and say which minibatches_per_task would give each of them one."""
+    counts = [source.num_records for source in train]
+    tasks = spec.tasks_per_epoch(counts)
+    if spec.workers <= tasks:
+        return
+    fix = next(
+        (
+            f"minibatches_per_task={n} makes {spec.tasks_per_epoch(counts, n)} tasks an epoch"
+            for n in range(spec.minibatches_per_task - 1, 0, -1)
+            if spec.tasks_per_epoch(counts, n) >= spec.workers
+        ),
+        f"even tasks of one minibatch are {spec.tasks_per_epoch(counts, 1)}: use fewer workers",
+    )
+    warnings.warn(
+        f"workers={spec.workers}, but an epoch of this data is {tasks} task(s) "
+        f"({sum(counts):,} records in tasks of {spec.minibatches_per_task} minibatches of "
+        f"{spec.minibatch_size}), and an epoch's tasks are handed out once the epoch before "
+        f"is done: at most {tasks} worker(s) train at once while the others wait, holding "
+        f"what they were given. Fix: {fix}.",
+        IdleWorkersWarning,
+        stacklevel=3,
+    )
 
 
 def _job_spec(model: Any, data: Any, validation_data: Any, options: dict) -> JobSpec:

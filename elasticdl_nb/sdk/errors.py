@@ -35,3 +35,7 @@ class NoSuchLog(ElasticDLError, FileNotFoundError):
 
 class NoModelYet(ElasticDLError, FileNotFoundError):
     """The job has not exported its trained model (it does when it succeeds)."""
+
+
+class IdleWorkersWarning(UserWarning):
+    """A job asks for more workers than an epoch of its data has tasks: the rest wait."""

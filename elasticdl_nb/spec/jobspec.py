@@ -350,6 +350,13 @@ class JobSpec:
         if len(self.csv_delimiter) != 1:
             raise SpecError(f"csv_delimiter= must be one character, got {self.csv_delimiter!r}.")
 
+    def tasks_per_epoch(self, record_counts: list[int], minibatches_per_task: int = 0) -> int:
+        """The training tasks an epoch of sources of `record_counts` records is cut into
+        (with `minibatches_per_task`, or this spec's): the most workers that train at
+        once, since an epoch's tasks are queued when the epoch before is done."""
+        span = self.minibatch_size * (minibatches_per_task or self.minibatches_per_task)
+        return sum(-(-n // span) for n in record_counts)
+
     # ------------------------------------------------------------------ (de)serializing
 
     def to_json(self) -> str:
