@@ -198,25 +198,29 @@ def usage_share(run: dict[str, Any]) -> float | None:
     return sum(u for u, _ in pairs) / sum(r for _, r in pairs)
 
 
-def proportional_bound(
-    share: float, alone_s: float, offset_s: float, longer: float = 1.0
+def ideal_pair(
+    alone_s: float,
+    offset_s: float,
+    speed_beside: float,
+    cpu_max: int,
+    cpu_beside: int,
+    allocatable: int,
+    longer: float = 1.0,
 ) -> dict[str, float]:
-    """The best any scheduler does with two jobs of `share` of the node at MAX whose speed
-    is in proportion to the CPU they hold, with no start-up cost: the first alone for
-    `alone_s`, the second `longer` times its work, submitted `offset_s` later. Gang runs
-    them one after the other; elastic gives the second what the first leaves until the
-    first ends, then its MAX. Returns the elastic makespan over gang's ("ratio") and the
-    requested CPU over allocatable averaged over the elastic makespan ("requested"),
-    which is the two jobs' work over that makespan: share × (1 + longer) × alone_s / E,
-    i.e. share / ratio for equal jobs. So the two figures pull against each other: a
-    smaller share leaves more for the second job (a lower ratio) and fills less of the
-    node."""
+    """The best any scheduler does with two jobs that each run `alone_s` alone at MAX
+    (asking `cpu_max`), the second `longer` times that and submitted `offset_s` later,
+    with nothing lost to start-ups: gang runs them one after the other; elastic gives the
+    second, until the first ends, the workers that fit beside it (asking `cpu_beside`,
+    its master and PS included), at `speed_beside` of its speed at MAX (the workers it
+    gets over its MAX: speed follows workers, a job's master and PS are a fixed cost),
+    then its MAX. Returns the elastic makespan over gang's ("ratio") and the CPU the two
+    ask for over `allocatable`, averaged over the elastic makespan ("requested")."""
     t, work = alone_s, longer * alone_s
-    speed = min(1.0, (1.0 - share) / share)  # the second job's, beside the first
-    done_beside = (t - offset_s) * speed
-    if done_beside >= work:  # it ends before the first does: the first's end is the makespan
-        elastic = t
+    beside_s = t - offset_s
+    if beside_s * speed_beside >= work:  # the second ends before the first does
+        elastic, beside_s, alone_after = t, work / speed_beside, 0.0
     else:
-        elastic = t + work - done_beside
-    gang = t + work
-    return {"ratio": elastic / gang, "requested": share * (t + work) / elastic}
+        alone_after = work - beside_s * speed_beside
+        elastic = t + alone_after
+    asked = cpu_max * t + cpu_beside * beside_s + cpu_max * alone_after
+    return {"ratio": elastic / (t + work), "requested": asked / (allocatable * elastic)}
