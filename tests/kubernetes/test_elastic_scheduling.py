@@ -82,9 +82,12 @@ def test_a_range_fills_the_node_yields_to_priority_and_grows_back(
     phases = worker_pods(core, job_namespace)
     assert [elastic(p) for p in phases["Pending"]] == [True]
     assert sorted(elastic(p) for p in phases["Running"]) == [False, False, True]
-    pending = wait_for(lambda: job.status()["pending_workers"], 60, "a pending worker")
+    # The master creates workers before the client sees it ready (its readiness probe runs
+    # every 2 s and the kubelet reports it some time later): until then status()
+    # says "starting", without the master's fields.
+    pending = wait_for(lambda: job.status().get("pending_workers"), 60, "a pending worker")
     assert "Insufficient cpu" in pending[0]["reason"], pending
-    wait_for(lambda: job.status()["running_workers"] == 3, 60, "status: 3 running")
+    wait_for(lambda: job.status().get("running_workers") == 3, 60, "status: 3 running")
     assert job.status()["workers"] == 4  # (running and pending)
     summary = wait_for(lambda: (s := view_of(job))["pending"] == 1 and s, 30, "the view")
     assert "Insufficient cpu" in summary["pending_reason"] and summary["min"] == 2
