@@ -1,7 +1,8 @@
 """Elastic scheduling against gang scheduling on the real node (ElasticDL's experiments
 A and C).
 
-    .venv/bin/python bench/elastic_scheduling.py [--quick]
+    .venv/bin/python bench/elastic_scheduling.py [--quick] [--strategies ps allreduce]
+        [--reserved-cpu-m M] [--epochs N]
 
 Two jobs whose CPU requests do not fit together on the node, the second submitted
 SECOND_AFTER seconds after the first, run twice in one run on the same node, first as
@@ -19,9 +20,12 @@ two PS jobs (A), then as two allreduce jobs (C):
 
 The node is made to behave like a cluster whose pods use what they request: every
 container's CPU limit is CPU_LIMIT, a worker's request (a pod template), so a job's speed
-follows the CPU the scheduler gave it (1500m allocatable of 2 cores: node_bench.py).
-Requests: master MASTER_CPU, PS PS_CPU, workers WORKER_CPU each; a job at MAX asks for
-more than half of the node. What the pods really use is read from the kubelet's summary
+follows the CPU the scheduler gave it. The node's allocatable CPU is the machine's 2
+cores whole (a cluster node keeps ~5 % for its kubelet; the control plane, here on the
+same cores, would run elsewhere); --reserved-cpu-m keeps some from pods, as the other
+node benchmarks keep 500m, and writes its result as RESERVED. Requests: master
+MASTER_CPU, PS PS_CPU, workers WORKER_CPU each; a job at MAX asks for more than half of
+the node (`shape`). What the pods really use is read from the kubelet's summary
 API through the API server (usageNanoCores per pod) and reported beside the requests.
 
 Measured, per mode: makespan (the first submission to the last job's end), each job's
@@ -32,14 +36,13 @@ ledger; the replicas' ledgers for allreduce).
 
 What the node allows (node_bench.ideal_pair, quoted beside each row): a job's speed
 follows its workers, its master and PS being a fixed cost. Beside a first job at MAX the
-second gets its master, PS and the workers that fit in what is left (A: 1 of 3 in 600m,
-100m idle; C: 2 of 4), so with nothing lost to start-ups gang takes 2T (T: a job alone)
-and elastic E = 2T − (T−o)·s (o: SECOND_AFTER, s: that share of its workers). For A
-(s = 1/3) that is 0.85× and a requested share of 0.78 at T = 356 s: on a node of 1500m
-with jobs of 900m, of which 300m are master and PS, the targets (0.75×, 0.85: ElasticDL's
-24-CPU cluster, whose second job started with 11 of 13 CPU) are out of reach; C, with no
-PS, reaches s = 1/2. (Before the CNN had 11 tasks an epoch, 2 tasks held a job at MAX to
-2 working workers, so one worker beside the first was half of its speed: 0.76× then.)
+second gets its master, PS and the workers that fit in what is left, a share s of its
+MAX, so with nothing lost to start-ups gang takes 2T (T: a job alone) and elastic
+E = 2T − (T−o)·s (o: SECOND_AFTER). On the whole node s is 3/4 (A) and 4/5 (C): 0.65×
+and 0.62× at the T measured, requested 0.87 and 0.89. With 500m reserved, jobs of 900m
+leave the second 1 of 3 workers (A, 100m idle) or 2 of 4 (C): 0.85× and 0.78 for A,
+so the targets (0.75×, 0.85: ElasticDL's 24-CPU cluster, whose second job started with
+11 of 13 CPU) are out of reach there for any schedule.
 
 The gang runs are each job alone on the node, so they are the accuracy baseline. A short
 warm-up job runs first (not counted): the first pods on a node read the image's files.
@@ -64,6 +67,7 @@ from node_bench import (  # noqa: E402
     CPU_LIMIT,
     MASTER_CPU,
     PS_CPU,
+    RESERVED_CPU_M,
     WORKER_CPU,
     CpuSampler,
     NodeBench,
@@ -79,32 +83,43 @@ from elasticdl_nb.runtime.ps.ledger import ledger_problems  # noqa: E402
 from elasticdl_nb.runtime.worker.replica_records import replica_problems  # noqa: E402
 from tests.kubernetes.node_cpu import free_millicores  # noqa: E402
 
-# A job at MAX asks for 900m of the node's 1500m: more than half, and (ElasticDL's 13 of
-# 24 CPU) small enough that gang scheduling leaves a large share idle, which is what
-# elasticity can use (requests and limits: node_bench.py).
-# Per strategy: (PS, MIN, MAX); allreduce has no PS, so a fourth worker makes its 900m.
-SHAPES = {"ps": (1, 1, 3), "allreduce": (0, 2, 4)}
+# Per strategy: (PS, MIN). MAX is the fewest workers that make a job at MAX ask for more
+# than half of the node (`shape`): 900m of 1500m (3 workers with a PS, 4 allreduce), 1100m
+# of 2000m (4 and 5); like ElasticDL's 13 of 24 CPU, small enough that gang scheduling
+# leaves a large share idle, which is what elasticity can use (requests and limits:
+# node_bench.py).
+SHAPES = {"ps": (1, 1), "allreduce": (0, 2)}
 SECOND_AFTER = 30.0
+# Where a run on a node with CPU kept from pods goes (--reserved-cpu-m), beside the
+# whole node's.
+RESERVED = "elastic_scheduling_reserved"
 # The second job's epochs over the first's. Allreduce was 1.5 while an epoch had 2 tasks:
 # two workers then trained as fast as four, the second job at MIN ended with the first and
 # never grew (Workload.with_tasks_for).
 SECOND_LONGER = {"ps": 1.0, "allreduce": 1.0}
-EPOCHS = {True: 500, False: 1700}  # by --quick: ~2.3 and ~7.7 min a job alone at MAX
+EPOCHS = {True: 500, False: 2000}  # by --quick; full: a PS job alone ~6.5 min at MAX
 WARMUP_EPOCHS = 5
 JOBS = ("a", "b")
 
 
-def job_cpu(strategy: str) -> int:
+def shape(strategy: str, allocatable: int) -> tuple[int, int, int]:
+    """(PS, MIN, MAX) of a job of `strategy` on a node of `allocatable` millicores."""
+    ps, least = SHAPES[strategy]
+    fixed = MASTER_CPU + ps * PS_CPU
+    return ps, least, (allocatable // 2 - fixed) // WORKER_CPU + 1
+
+
+def job_cpu(strategy: str, allocatable: int) -> int:
     """Millicores a job of `strategy` requests at MAX."""
-    ps, _, most = SHAPES[strategy]
+    ps, _, most = shape(strategy, allocatable)
     return MASTER_CPU + ps * PS_CPU + most * WORKER_CPU
 
 
 def workers_beside(strategy: str, allocatable: int) -> int:
     """The second job's workers that fit beside the first at MAX (its master and PS
     placed first, as their priority has them)."""
-    ps, _, most = SHAPES[strategy]
-    free = allocatable - job_cpu(strategy) - MASTER_CPU - ps * PS_CPU
+    ps, _, most = shape(strategy, allocatable)
+    free = allocatable - job_cpu(strategy, allocatable) - MASTER_CPU - ps * PS_CPU
     return max(0, min(most, free // WORKER_CPU))
 
 
@@ -129,12 +144,13 @@ def worker_starts(events: list, t0: float) -> dict[int, dict[str, float | None]]
     return out
 
 
-def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[str, Any]:
+def run_mode(mode, strategy, w, epochs, options, bench: NodeBench) -> dict[str, Any]:
     """Both jobs in one mode; returns their figures and the CPU samples."""
-    sampler = CpuSampler(core, namespace, node).start()
-    ps, least, most = SHAPES[strategy]
+    core, node, allocatable = bench.core, bench.node, bench.allocatable
+    sampler = CpuSampler(core, options["namespace"], node).start()
+    ps, least, most = shape(strategy, allocatable)
     workers = f"{least}:{most}" if mode == "elastic" else most
-    shape = {"strategy": strategy, **({"ps": ps} if ps else {})}
+    kind = {"strategy": strategy, **({"ps": ps} if ps else {})}
     jobs: dict[str, edl.Job] = {}
     submitted: dict[str, float] = {}
     t0 = time.time()
@@ -143,12 +159,12 @@ def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[
             if i:
                 time.sleep(max(0.0, t0 + SECOND_AFTER - time.time()))
                 if mode == "gang":  # admission: all of its pods must fit
-                    while free_millicores(core, node) < job_cpu(strategy):
+                    while free_millicores(core, node) < job_cpu(strategy, allocatable):
                         time.sleep(0.5)
             submitted[key] = time.time()
             name = f"{key}-{mode}-{strategy}"
             jobs[key] = w.train(workers=workers, epochs=job_epochs(strategy, key, epochs),
-                                name=name, **shape, **options)  # fmt: skip
+                                name=name, **kind, **options)  # fmt: skip
             harness.log(f"{name}: submitted at {submitted[key] - t0:.1f} s")
         ends = {}
         for key, job in jobs.items():
@@ -188,12 +204,13 @@ def run_mode(mode, strategy, w, epochs, options, core, namespace, node) -> dict[
     return out
 
 
-def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[dict]:
+def build_rows(strategy: str, runs: dict[str, dict], allocatable: int, epochs: int) -> list[dict]:
     e, g = runs["elastic"], runs["gang"]
-    _, least, most = SHAPES[strategy]
+    _, least, most = shape(strategy, allocatable)
     longer = SECOND_LONGER[strategy]
+    cpu = job_cpu(strategy, allocatable)
     case = (
-        f"2 {strategy} jobs (CNN digits) of {job_cpu(strategy)}m at MAX on a "
+        f"2 {strategy} jobs (CNN digits, {epochs} epochs) of {cpu}m at MAX on a "
         f"{allocatable}m node, the 2nd {SECOND_AFTER:.0f} s later, workers "
         f"{least}:{most} vs {most}" + (f", the 2nd {longer:g}× as long" if longer != 1 else "")
     )
@@ -207,8 +224,8 @@ def build_rows(strategy: str, runs: dict[str, dict], allocatable: int) -> list[d
     ]
     beside = workers_beside(strategy, allocatable)
     bound = ideal_pair(
-        g["jobs"]["a"]["completion_s"], SECOND_AFTER, beside / most, job_cpu(strategy),
-        job_cpu(strategy) - (most - beside) * WORKER_CPU, allocatable, longer,
+        g["jobs"]["a"]["completion_s"], SECOND_AFTER, beside / most, cpu,
+        cpu - (most - beside) * WORKER_CPU, allocatable, longer,
     )  # fmt: skip
     best = f"the ideal with {beside} of {most} workers beside the 1st (ideal_pair):"
     growth = "; ".join(
@@ -275,17 +292,24 @@ def main() -> int:
         "--strategies", nargs="+", choices=list(SHAPES), default=list(SHAPES),
         help="A (ps), C (allreduce), or both",
     )  # fmt: skip
+    parser.add_argument(
+        "--reserved-cpu-m", type=int, default=0,
+        help="CPU kept from pods (allocatable: 2000m less this; the other node benchmarks "
+             f"keep {RESERVED_CPU_M}m); a result with any is written as {RESERVED}",
+    )  # fmt: skip
+    parser.add_argument("--epochs", type=int, help="a job's epochs (default: by --quick)")
     args = parser.parse_args()
     command = " ".join([".venv/bin/python bench/elastic_scheduling.py", *sys.argv[1:]])
+    name = RESERVED if args.reserved_cpu_m else "elastic_scheduling"
     title = "Elastic vs gang scheduling: two jobs that do not fit together on the real node"
     t_start = time.perf_counter()
-    if skipped("elastic_scheduling", title, command):
+    if skipped(name, title, command):
         return 0
-    most = max(shape[2] for shape in SHAPES.values())
-    w = workloads.workloads(args.quick)["cnn"].with_tasks_for(most)
-    epochs = EPOCHS[args.quick]
+    epochs = args.epochs or EPOCHS[args.quick]
     runs: dict[str, dict] = {}
-    with NodeBench("elastic") as bench, harness.job_home():
+    with NodeBench("elastic", args.reserved_cpu_m) as bench, harness.job_home():
+        most = max(shape(k, bench.allocatable)[2] for k in args.strategies)
+        w = workloads.workloads(args.quick)["cnn"].with_tasks_for(most)
         # Not counted: the node's first pods read the image's files, this process's
         # first train() traces the check step.
         _, options = bench.run_options()
@@ -294,18 +318,19 @@ def main() -> int:
         for strategy in args.strategies:
             runs[strategy] = {}
             for mode in ("gang", "elastic"):
-                namespace, options = bench.run_options()
-                run = run_mode(mode, strategy, w, epochs, options, bench.core, namespace,
-                               bench.node)  # fmt: skip
+                _, options = bench.run_options()
+                run = run_mode(mode, strategy, w, epochs, options, bench)
                 run["usage_over_requests"] = usage_share(run)
                 run["usage_by_role_m"] = usage_by_role(run)
                 runs[strategy][mode] = run
-    rows = [r for k, v in runs.items() for r in build_rows(k, v, bench.allocatable)]
-    previous = harness.RESULTS_DIR / "elastic_scheduling.json"
+    rows = [r for k, v in runs.items() for r in build_rows(k, v, bench.allocatable, epochs)]
+    previous = harness.RESULTS_DIR / f"{name}.json"
     kept_rows, kept_runs, kept_facts = carried_over(
         json.loads(previous.read_text()) if previous.exists() else {}, args.strategies
     )
-    by_strategy = {k: {"allocatable_m": bench.allocatable, "command": command} for k in runs}
+    by_strategy = {
+        k: {"allocatable_m": bench.allocatable, "command": command, "epochs": epochs} for k in runs
+    }
     details = dict(
         bench.details,
         runs={**kept_runs, **runs},
@@ -313,14 +338,14 @@ def main() -> int:
         allocatable_m=bench.allocatable,
         requests={"master": MASTER_CPU, "ps": PS_CPU, "worker": WORKER_CPU},
         cpu_limit_m=CPU_LIMIT,
-        shapes={k: dict(zip(("ps", "min", "max"), v)) for k, v in SHAPES.items()},
+        shapes={k: dict(zip(("ps", "min", "max"), shape(k, bench.allocatable))) for k in SHAPES},
         second_after_s=SECOND_AFTER,
         model=w.title,
         epochs=epochs,
         records=w.records,
     )
     harness.write_result(
-        "elastic_scheduling", title, kept_rows + rows, details, command=command,
+        name, title, kept_rows + rows, details, command=command,
         seconds=time.perf_counter() - t_start,
     )  # fmt: skip
     return 0

@@ -182,7 +182,7 @@ def elastic_scheduling(doc: dict, out: Path) -> Path | None:
         axes[-1, col].set_xlabel("seconds since the first job's submission")
     fig.suptitle(doc["title"], fontsize=10)
     fig.tight_layout()
-    path = out / "elastic_scheduling.png"
+    path = out / f"{doc.get('benchmark', 'elastic_scheduling')}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -233,8 +233,9 @@ def draw(results: dict, out: Path) -> list[Path]:
             written.append(benchmark_panels(name, doc, out))
     if "rows" in results.get("scaling", {}):
         written.append(scaling(results["scaling"], out))
-    if "rows" in results.get("elastic_scheduling", {}):  # (over its generic panels)
-        written.append(elastic_scheduling(results["elastic_scheduling"], out))
+    for name in ("elastic_scheduling", "elastic_scheduling_reserved"):  # (over its panels)
+        if "rows" in results.get(name, {}):
+            written.append(elastic_scheduling(results[name], out))
     if "rows" in results.get("elastic_service", {}):
         written.append(elastic_service(results["elastic_service"], out))
     return [p for p in written if p is not None]
