@@ -60,8 +60,12 @@ MACHINE_LOCK_WAIT_SECONDS = 45 * 60  # another session's whole real-node test ru
 NODE_IP = "10.245.0.1"  # on `lo`: the kubelet's and the API server's address
 POD_SUBNET = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"
+CLUSTER_POD_CIDR = "10.244.0.0/16"  # every node's POD_SUBNET (extra_node.py: 10.244.N.0/24)
 SERVICE_IP_RANGE = "10.96.0.0/24"
 BRIDGE = "edlnb0"
+# How often a kubelet posts its status: the cluster (cluster.py) calls a node lost after
+# 20 s without one, so a busy kubelet may miss four before it is.
+NODE_STATUS_SECONDS = 4
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 BUILD_COMMAND = "make test-node  (tests/kubernetes/build_node.sh and build_node_images.sh)"
 REFUSING_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, connects fail
@@ -231,6 +235,7 @@ class RealNode:
         # fill the node set it; the tests leave allocatable = capacity).
         self.reserved_cpu_m = reserved_cpu_m
         self.ip = ip
+        self.bridge, self.pod_subnet, self.pod_gateway = BRIDGE, POD_SUBNET, POD_GATEWAY
         self.bin_dir = Path(bin_dir) if bin_dir else binaries_dir()
         self.token = secrets.token_hex(16)
         self._logs_given = Path(logs) if logs else None
@@ -272,24 +277,33 @@ class RealNode:
         self.dir = Path(tempfile.mkdtemp(prefix="edl-node-", dir="/tmp"))
         self.logs = self._logs_given or self.dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self._before = {
+        self._before = self._state_before()
+        (self.dir / "before.json").write_text(json.dumps(self._before, indent=2))
+        atexit.register(self.stop)
+        _run("ip", "addr", "add", f"{self.ip}/32", "dev", "lo")
+        self._added.append("lo")
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        self._added.append("bridge")
+        prefix = self.pod_subnet.split("/")[1]
+        _run("ip", "addr", "add", f"{self.pod_gateway}/{prefix}", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        self._claim_host()
+        return self
+
+    def _state_before(self) -> dict:
+        """What prepare() saves of the machine, for stop() (and clean() after a crash)."""
+        return {
             "sysctls": {k: v for k in SYSCTLS if (v := _read(f"/proc/sys/{k}")) is not None},
             "paths": [p for p in HOST_PATHS if os.path.lexists(p)],
             "shim_sockets": sorted(os.listdir("/run/containerd/s"))
             if os.path.isdir("/run/containerd/s")
             else [],
         }
-        (self.dir / "before.json").write_text(json.dumps(self._before, indent=2))
-        atexit.register(self.stop)
-        _run("ip", "addr", "add", f"{self.ip}/32", "dev", "lo")
-        self._added.append("lo")
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        self._added.append("bridge")
-        _run("ip", "addr", "add", f"{POD_GATEWAY}/{POD_SUBNET.split('/')[1]}", "dev", BRIDGE)
-        _run("ip", "link", "set", BRIDGE, "up")
+
+    def _claim_host(self) -> None:
+        """The machine-wide part of prepare(): the Service range routed nowhere."""
         _run("ip", "route", "add", "unreachable", SERVICE_IP_RANGE)
         self._added.append("route")
-        return self
 
     def start(self, cluster, timeout: float = 240) -> RealNode:
         t0 = time.monotonic()
@@ -308,37 +322,8 @@ class RealNode:
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            # The scheduler and kube-proxy act as the admin, with a copy of its kubeconfig
-            # in the node's dir: every process of the node names that dir on its command
-            # line, which is how `clean()` finds them after a crash.
-            admin = self.dir / "admin.kubeconfig"
-            shutil.copy(cluster.admin_kubeconfig, admin)
             self._start_kubelet()
-            self._spawn(
-                "kube-scheduler",
-                [
-                    f"--kubeconfig={admin}",
-                    "--leader-elect=false",
-                    "--port=0",  # no insecure serving
-                    "--secure-port=0",
-                ],
-            )
-            self._spawn(
-                "kube-proxy",
-                [
-                    f"--kubeconfig={admin}",
-                    f"--hostname-override={self.name}",
-                    f"--bind-address={self.ip}",
-                    "--proxy-mode=iptables",
-                    f"--cluster-cidr={POD_SUBNET}",
-                    "--healthz-port=0",  # metrics stay on 127.0.0.1:10249 (may not be off)
-                    # Leave the conntrack sysctls as they are.
-                    "--conntrack-max-per-core=0",
-                    "--conntrack-tcp-timeout-established=0",
-                    "--conntrack-tcp-timeout-close-wait=0",
-                    "--v=2",
-                ],
-            )
+            self._start_cluster_services()
             self._wait_ready(t0 + timeout)
             self.timings["ready"] = time.monotonic() - t0
             out, _ = job_import.communicate(timeout=max(1, t0 + timeout - time.monotonic()))
@@ -356,6 +341,41 @@ class RealNode:
         self.timings["total"] = time.monotonic() - t0
         return self
 
+    def _start_cluster_services(self) -> None:
+        """What the first node runs for the whole cluster: kube-scheduler, and kube-proxy
+        (one serves every node here: they share the host's network namespace). They act
+        as the admin, with a copy of its kubeconfig in the node's dir: every process of
+        the node names that dir on its command line, which is how `clean()` finds them
+        after a crash."""
+        admin = self.dir / "admin.kubeconfig"
+        shutil.copy(self.cluster.admin_kubeconfig, admin)
+        self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={admin}",
+                "--leader-elect=false",
+                "--port=0",  # no insecure serving
+                "--secure-port=0",
+            ],
+        )
+        self._spawn(
+            "kube-proxy",
+            [
+                f"--kubeconfig={admin}",
+                f"--hostname-override={self.name}",
+                f"--bind-address={self.ip}",
+                "--proxy-mode=iptables",
+                # Every node's pods: traffic from them to a Service is not masqueraded.
+                f"--cluster-cidr={CLUSTER_POD_CIDR}",
+                "--healthz-port=0",  # metrics stay on 127.0.0.1:10249 (may not be off)
+                # Leave the conntrack sysctls as they are.
+                "--conntrack-max-per-core=0",
+                "--conntrack-tcp-timeout-established=0",
+                "--conntrack-tcp-timeout-close-wait=0",
+                "--v=2",
+            ],
+        )
+
     @classmethod
     def clean(cls) -> list[str]:
         """Undo the nodes of runs that died without stop() (SIGKILL; atexit never ran),
@@ -372,27 +392,35 @@ class RealNode:
                 f"a real node of another session is running (it holds {MACHINE_LOCK}); "
                 "nothing was cleaned"
             ) from None
-        for saved in sorted(Path("/tmp").glob("edl-node-*/before.json")):
-            node = cls()
-            node.dir = saved.parent
+        from tests.kubernetes.extra_node import ExtraNode
+
+        saved = [
+            (json.loads(p.read_text()), p.parent)
+            for p in Path("/tmp").glob("edl-node-*/before.json")
+        ]
+        # The extra nodes first: the first node's stop undoes what all of them changed.
+        for before, node_dir in sorted(saved, key=lambda b: -b[0].get("index", 0)):
+            node = ExtraNode(before["index"]) if before.get("index") else cls()
+            node.dir = node_dir
             node.logs = node.dir / "logs"
-            node._before = json.loads(saved.read_text())
-            node._added = [
-                what
-                for what, there in (
-                    ("lo", f"inet {node.ip}/" in _run("ip", "addr", "show", "dev", "lo").stdout),
-                    ("bridge", Path(f"/sys/class/net/{BRIDGE}").exists()),
-                    (
-                        "route",
-                        "unreachable" in _run("ip", "route", "show", SERVICE_IP_RANGE).stdout,
-                    ),
-                )
-                if there
-            ]
+            node._before = before
+            node._added = node._still_added()
             print(f"cleaning up after the node of {node.dir}")
             problems += node.stop()
         lock.close()
         return problems
+
+    def _still_added(self) -> list[str]:
+        """Which of prepare()'s host changes are there (for a killed run's clean())."""
+        return [
+            what
+            for what, there in (
+                ("lo", f"inet {self.ip}/" in _run("ip", "addr", "show", "dev", "lo").stdout),
+                ("bridge", Path(f"/sys/class/net/{self.bridge}").exists()),
+                ("route", "unreachable" in _run("ip", "route", "show", SERVICE_IP_RANGE).stdout),
+            )
+            if there
+        ]
 
     def job_image_ref(self) -> str:
         """The job image's default name as containerd's CRI knows it."""
@@ -445,18 +473,12 @@ class RealNode:
         step("stop containerd", self._stop_process, "containerd")
         step("kill what names the node's dir", self._kill_naming)
         step("unmount", self._unmount)
-        step("kube-proxy --cleanup", self._kube_proxy_cleanup)
-        for binary in ("iptables", "ip6tables"):
-            step(f"{binary} KUBE-* chains", _remove_kube_chains, binary)
-        if "route" in self._added:
-            step("route", _run, "ip", "route", "del", "unreachable", SERVICE_IP_RANGE)
+        self._undo_machine_wide(step)
         if "bridge" in self._added:
-            step("bridge", _run, "ip", "link", "del", BRIDGE)
+            step("bridge", _run, "ip", "link", "del", self.bridge)
         if "lo" in self._added:
             step("lo address", _run, "ip", "addr", "del", f"{self.ip}/32", "dev", "lo")
-        step("sysctls", self._restore_sysctls)
         step("cgroups", self._remove_cgroups)
-        step("host paths", self._remove_host_paths)
         if self._logs_given is None and self.dir is not None:
             # Keep the logs (small) beside nothing else; the rest goes.
             keep = Path(tempfile.mkdtemp(prefix="edl-node-logs-"))
@@ -467,6 +489,17 @@ class RealNode:
         if problems:
             print("RealNode.stop could not undo:\n  " + "\n  ".join(problems))
         return problems
+
+    def _undo_machine_wide(self, step) -> None:
+        """What the first node undoes for every node: KUBE-* chains (kube-proxy's and
+        the kubelets'), the Service route, sysctls, the host paths the programs made."""
+        step("kube-proxy --cleanup", self._kube_proxy_cleanup)
+        for binary in ("iptables", "ip6tables"):
+            step(f"{binary} KUBE-* chains", _remove_kube_chains, binary)
+        if "route" in self._added:
+            step("route", _run, "ip", "route", "del", "unreachable", SERVICE_IP_RANGE)
+        step("sysctls", self._restore_sysctls)
+        step("host paths", self._remove_host_paths)
 
     # --- information --------------------------------------------------------------------
 
@@ -500,8 +533,8 @@ class RealNode:
         for binary in ("iptables", "ip6tables"):
             for table, chains in _kube_chains(binary).items():
                 out.append(f"{binary} -t {table}: {', '.join(chains)}")
-        if Path(f"/sys/class/net/{BRIDGE}").exists():
-            out.append(f"bridge {BRIDGE}")
+        if Path(f"/sys/class/net/{self.bridge}").exists():
+            out.append(f"bridge {self.bridge}")
         if f"inet {self.ip}/" in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
             out.append(f"{self.ip} on lo")
         if "unreachable" in _run("ip", "route", "show", SERVICE_IP_RANGE).stdout:
@@ -582,7 +615,7 @@ class RealNode:
         exe = name if name == "containerd" else str(self.bin_dir / name)
         log = open(self.logs / f"{name}.log", "wb")
         proc = subprocess.Popen(
-            [exe, *args],
+            self._command(name, [exe, *args]),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -592,6 +625,10 @@ class RealNode:
         log.close()
         self.procs[name] = proc
         return proc
+
+    def _command(self, name: str, argv: list[str]) -> list[str]:
+        """How program `name` is started (extra nodes run theirs in a mount namespace)."""
+        return argv
 
     def _stop_process(self, name: str) -> None:
         proc = self.procs.pop(name, None)
@@ -654,14 +691,15 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "plugins": [
                 {
                     "type": "bridge",
-                    "bridge": BRIDGE,
+                    "bridge": self.bridge,
                     "isGateway": True,  # the bridge has the gateway address
                     "ipMasq": False,  # no NAT beyond the machine: there is no beyond
                     "hairpinMode": True,  # a pod reaches itself through its Service
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY}]],
-                        "routes": [{"dst": SERVICE_IP_RANGE}],  # and no default route
+                        "ranges": [[{"subnet": self.pod_subnet, "gateway": self.pod_gateway}]],
+                        # Services and the other nodes' pods, and no default route.
+                        "routes": [{"dst": SERVICE_IP_RANGE}, {"dst": CLUSTER_POD_CIDR}],
                         "dataDir": str(self.dir / "cni-ipam"),
                     },
                 }
@@ -724,11 +762,17 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 "imagefs.available<1%,nodefs.inodesFree<1%",
                 "--max-pods=50",
                 *([f"--kube-reserved=cpu={self.reserved_cpu_m}m"] if self.reserved_cpu_m else []),
+                f"--node-status-update-frequency={NODE_STATUS_SECONDS}s",
+                *self._kubelet_placement(),
                 "--v=2",
             ],
             # The credential lookup may otherwise ask the cloud metadata address.
             env={"AWS_EC2_METADATA_DISABLED": "true"},
         )
+
+    def _kubelet_placement(self) -> list[str]:
+        """Where the kubelet puts its pods when it is not the machine's first node."""
+        return []
 
     def _wait_ready(self, deadline: float) -> None:
         while True:

@@ -12,18 +12,27 @@ until that session lets it go (`NodeSession.stop()` does, after its checks).
         ...                                       # act as session.cluster.user_kubeconfig
     finally:
         undone = session.stop()                   # node, cluster; what is left
+
+More nodes (extra_node.py) join the same cluster on demand and leave again:
+
+    second, third = session.add_nodes(2)          # Ready, pods spread over three
+    third.lose()                                  # as a VM dies
+    session.remove_node(third)                    # what is left of it, its Node, pods
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.kubernetes.cluster import BINARIES, TestCluster, binaries_dir
 from tests.kubernetes.cluster import BUILD_COMMAND as CLUSTER_BUILD_COMMAND
+from tests.kubernetes.extra_node import ExtraNode, node_name
 from tests.kubernetes.node import (
     BUILD_COMMAND,
     NodeImagesMissing,
@@ -31,6 +40,11 @@ from tests.kubernetes.node import (
     missing_programs,
     node_images,
 )
+
+# Nodes beyond the first that a session can add: each has a token the cluster knows from
+# its start. Each costs ~16 s to Ready, ~40 s to import the job image (2.1 GB; 4.2 GB of
+# disk) and ~136 MiB + ~33 MiB per pod (FACTS.md).
+MAX_EXTRA_NODES = 2
 
 
 def unavailable() -> str:
@@ -74,6 +88,8 @@ class NodeSession:
         self.cluster: TestCluster | None = None
         self.admin = None
         self.seconds: dict[str, float] = {}
+        self.extra: list[ExtraNode] = []  # the nodes add_nodes() started, not removed
+        self._tokens = {i: secrets.token_hex(16) for i in range(1, MAX_EXTRA_NODES + 1)}
 
     def start(self) -> NodeSession:
         """Start the cluster and the node (once another session's node, if any, has
@@ -85,7 +101,12 @@ class NodeSession:
         # (prepare() waits for node.MACHINE_LOCK)
         self.node = RealNode(logs=self.logs, reserved_cpu_m=self.reserved_cpu_m).prepare()
         self.seconds["lock"] = time.monotonic() - t0
-        self.cluster = TestCluster(workdir=self.workdir / "cluster", **self.node.cluster_options())
+        options = self.node.cluster_options()
+        options["extra_tokens"] += tuple(
+            (token, f"system:node:{node_name(i)}", "system:nodes")
+            for i, token in self._tokens.items()
+        )
+        self.cluster = TestCluster(workdir=self.workdir / "cluster", **options)
         try:
             self.cluster.start()
             self.node.start(self.cluster)
@@ -98,6 +119,46 @@ class NodeSession:
         self.seconds["total"] = time.monotonic() - t0
         self.admin = config.new_client_from_config(config_file=str(self.cluster.admin_kubeconfig))
         return self
+
+    def add_nodes(self, count: int) -> list[ExtraNode]:
+        """Start `count` more nodes (together) and return them once each is Ready and
+        the controller manager has been restarted for node loss to evict (cluster.py's
+        `restart_controller_manager`); `seconds["add_nodes"]` says how long it took."""
+        t0 = time.monotonic()
+        taken = {n.index for n in self.extra}
+        free = [i for i in self._tokens if i not in taken]
+        if count > len(free):
+            raise ValueError(f"{count} more nodes asked, {len(free)} free of {MAX_EXTRA_NODES}")
+        nodes = [ExtraNode(i, self._tokens[i], logs=self.logs / node_name(i)) for i in free[:count]]
+        self.extra += nodes  # before they start: stop() undoes a half-started one too
+        for node in nodes:
+            node.prepare()
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            for started in [pool.submit(n.start, self.cluster) for n in nodes]:
+                started.result()
+        self.cluster.restart_controller_manager()
+        self.seconds["add_nodes"] = time.monotonic() - t0
+        return nodes
+
+    def remove_node(self, node: ExtraNode) -> list[str]:
+        """Stop `node` (or clear what is left of a lost one), then delete its Node and
+        the pods still bound to it (a lost node's stay Terminating: there is no kubelet
+        to finish them and no pod GC here). Returns what was not undone."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        undone = node.stop()
+        core = client.CoreV1Api(self.admin)
+        bound = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.name}")
+        for pod in bound.items:
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                )
+        with contextlib.suppress(ApiException):
+            core.delete_node(node.name)
+        self.extra.remove(node)
+        return undone + [f"left: {x}" for x in node.leftovers()]
 
     def namespace(self) -> str:
         """A fresh namespace whose `default` service account has its token (the
@@ -128,6 +189,8 @@ class NodeSession:
         if self.node is None:
             return undone
         try:
+            for extra in list(self.extra):  # before the first node, which undoes the rest
+                undone += self.remove_node(extra) if self.admin else extra.stop()
             undone += self.node.stop()
             if self.cluster is not None:
                 self.cluster.stop()
