@@ -160,6 +160,12 @@ class NodeSession:
         self.extra.remove(node)
         return undone + [f"left: {x}" for x in node.leftovers()]
 
+    def replace(self, node: ExtraNode) -> tuple[ExtraNode, list[str]]:
+        """A new node in the place of `node` (lost or not): `remove_node`, `add_nodes(1)`.
+        Returns it and what was not undone of the old one."""
+        undone = self.remove_node(node)
+        return self.add_nodes(1)[0], undone
+
     def namespace(self) -> str:
         """A fresh namespace whose `default` service account has its token (the
         conftest's `real_namespace`)."""

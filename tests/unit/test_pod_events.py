@@ -111,3 +111,29 @@ def test_a_deleted_pod_whose_phase_ended_before_its_container_state_was_deleted(
 def test_pods_that_are_not_workers_or_ps_are_ignored():
     assert instance_event(pod({"phase": "Running"}, role="master")) is None
     assert instance_event({"metadata": {"labels": {}}, "status": {}}) is None
+
+
+def _conditions(ready: str, containers_ready: str) -> list[dict]:
+    return [
+        {"type": "Ready", "status": ready},
+        {"type": "ContainersReady", "status": containers_ready},
+    ]
+
+
+def test_a_pod_evicted_from_a_lost_node_is_lost_not_terminating_for_ever():
+    """As a 1.20.2 cluster left a pod whose node was hard-stopped (probed with
+    extra_node.py): Ready False by the node controller, ContainersReady True and the
+    container running as the kubelet last said, then a deletion timestamp from the taint
+    manager, and nothing more for ever."""
+    running = {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}
+    lost = pod({**running, "conditions": _conditions("False", "True")}, "ps", 0)
+    # Not Ready while its node is unreachable, within its toleration: still its own.
+    assert instance_event(lost).kind == "running"
+    lost["metadata"]["deletionTimestamp"] = "2026-12-05T23:00:16Z"
+    event = instance_event(lost)
+    assert (event.role, event.kind) == ("ps", "preempted")
+    assert event.reason.startswith("NodeLost: its node stopped answering")
+    # A pod deleted on a healthy node: its kubelet ends the containers, and says so.
+    stopping = pod({**running, "conditions": _conditions("False", "False")})
+    stopping["metadata"]["deletionTimestamp"] = "2026-12-05T23:00:16Z"
+    assert instance_event(stopping).kind == "running"  # nothing to say until it ends

@@ -14,6 +14,12 @@ Where the facts live:
 - taken away: `status.reason` Evicted/Preempting (older servers), or a
   `DisruptionTarget` condition (1.26+: PreemptionByScheduler, EvictionByEvictionAPI,
   DeletionByTaintManager, TerminationByKubelet).
+- lost with its node: a node whose kubelet stops reporting (a VM gone, a partition) has
+  its pods marked not Ready by the node controller, which leaves `ContainersReady` as
+  the kubelet last said (True: only a kubelet makes Ready False with it True), and then
+  deleted by the taint manager after their `unreachable` toleration. Such a pod keeps a
+  deletion timestamp and a running container for ever: no kubelet is there to end it.
+  Deleted and not Ready that way, it is lost (preempted: not its fault), not terminating.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ _IMAGE_TROUBLE = {
     "CreateContainerConfigError",
     "CreateContainerError",
 }
+NODE_LOST = "NodeLost: its node stopped answering, and the node controller evicted it"
 _TAKEN_AWAY = {"Evicted", "Preempting", "Preempted", "NodeLost", "Shutdown", "Terminated"}
 
 
@@ -82,6 +89,8 @@ def instance_event(pod: dict[str, Any], deleted: bool = False) -> InstanceEvent 
         )
     if taken:
         return event(InstanceState.PREEMPTED, reason=taken)
+    if meta.get("deletionTimestamp") and _node_lost(status):
+        return event(InstanceState.PREEMPTED, reason=NODE_LOST)
     phase = status.get("phase")
     if deleted or (meta.get("deletionTimestamp") and phase in ("Failed", "Succeeded")):
         # (A real kubelet may end a deleted pod's phase before its container's state.)
@@ -135,6 +144,16 @@ def _taken_away(status: dict[str, Any]) -> str:
     if status.get("reason") in _TAKEN_AWAY:
         return f"{status['reason']}: {status.get('message', '')}".strip().rstrip(":")
     return ""
+
+
+def _node_lost(status: dict[str, Any]) -> bool:
+    """Marked not Ready by the node controller, not by its kubelet (module docstring)."""
+    ready, containers = _condition(status, "Ready"), _condition(status, "ContainersReady")
+    return bool(
+        ready and ready.get("status") == "False"
+        and containers and containers.get("status") == "True"
+        and status.get("phase") not in ("Failed", "Succeeded")
+    )  # fmt: skip
 
 
 def _signal_name(number: int) -> str | None:

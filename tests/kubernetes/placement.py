@@ -1,0 +1,58 @@
+"""Where the scheduler may put a job's pods, set by what it leaves free on each node.
+
+The node-loss tests need to know which node a role runs on without changing the job
+(a pod template applies to every role alike). The scheduler's own rule does it: a pod
+goes only where its CPU request fits. `leave_free` pins a ballast pod to a node that
+requests all of its allocatable CPU but `free_m`; then a master and PS that ask more than
+an extra node has left land on the node with room, and workers that ask less where they fit.
+"""
+
+from __future__ import annotations
+
+from tests.kubernetes.node import job_image_name
+
+
+def _millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def requested_m(core, node: str) -> int:
+    """The CPU the pods bound to `node` request, those that have not ended."""
+    bound = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    total = 0
+    for pod in bound:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for container in pod.spec.containers:
+            requests = (container.resources and container.resources.requests) or {}
+            total += _millicores(requests.get("cpu", "0"))
+    return total
+
+
+def leave_free(core, namespace: str, node: str, free_m: int) -> int:
+    """Pin a ballast pod to `node` so that `free_m` millicores of its allocatable CPU
+    stay unrequested; returns what the ballast asks for."""
+    allocatable = _millicores(core.read_node(node).status.allocatable["cpu"])
+    ballast = allocatable - requested_m(core, node) - free_m
+    if ballast < 0:
+        raise AssertionError(f"{node} has less than {free_m}m free already")
+    if ballast:
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": f"ballast-{node}"},
+                "spec": {
+                    "nodeName": node,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "ballast",
+                            "image": job_image_name(),
+                            "command": ["sleep", "infinity"],
+                            "resources": {"requests": {"cpu": f"{ballast}m"}},
+                        }
+                    ],
+                },
+            },
+        )
+    return ballast
