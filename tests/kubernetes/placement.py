@@ -9,6 +9,8 @@ an extra node has left land on the node with room, and workers that ask less whe
 
 from __future__ import annotations
 
+import time
+
 from tests.kubernetes.node import job_image_name
 
 
@@ -29,9 +31,24 @@ def requested_m(core, node: str) -> int:
     return total
 
 
+def _settled(core, node: str, timeout: float = 90) -> None:
+    """Wait until no pod on `node` is being deleted (an earlier test's namespace going)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        bound = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        going = [p.metadata.name for p in bound if p.metadata.deletion_timestamp]
+        if not going:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pods on {node} still being deleted after {timeout} s: {going}")
+        time.sleep(0.5)
+
+
 def leave_free(core, namespace: str, node: str, free_m: int) -> int:
     """Pin a ballast pod to `node` so that `free_m` millicores of its allocatable CPU
-    stay unrequested; returns what the ballast asks for."""
+    stay unrequested, once the pods being deleted there are gone; returns what the
+    ballast asks for."""
+    _settled(core, node)
     allocatable = _millicores(core.read_node(node).status.allocatable["cpu"])
     ballast = allocatable - requested_m(core, node) - free_m
     if ballast < 0:
