@@ -107,13 +107,12 @@ def real_admin(real_session):
 
 
 @pytest.fixture(scope="module")
-def three_nodes(real_session):
-    """The real node and two more (extra_node.py) for the tests of one module, which
-    may lose them (`node.lose()`; `real_session.replace(node)` brings a new one). At the
-    module's end the extra nodes go, with their Node objects and pods: the session's
-    other tests see one node again."""
-    added = real_session.add_nodes(2)
-    print(f"\ntwo more nodes up in {real_session.seconds['add_nodes']:.1f} s")
+def four_nodes(real_session):
+    """The real node and three more (extra_node.py) for the tests of one module, each of
+    which may lose one of them (`node.lose()`). At the module's end the extra nodes go,
+    with their Node objects and pods: the session's other tests see one node again."""
+    added = real_session.add_nodes(3)
+    print(f"\nthree more nodes up in {real_session.seconds['add_nodes']:.1f} s")
     yield [real_session.node, *added]
     undone = [x for node in list(real_session.extra) for x in real_session.remove_node(node)]
     assert not undone, f"not undone, or left on the machine: {undone}"

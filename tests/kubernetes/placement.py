@@ -73,3 +73,17 @@ def leave_free(core, namespace: str, node: str, free_m: int) -> int:
             },
         )
     return ballast
+
+
+def clear(core, namespace: str, timeout: float = 60) -> None:
+    """Delete the ballast pods of `namespace` at once and wait until they are gone, so
+    the next test finds the nodes' room (a namespace's deletion takes its pods later)."""
+    mine = [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
+    ballast = [name for name in mine if name.startswith("ballast-")]
+    for name in ballast:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    deadline = time.monotonic() + timeout
+    while {p.metadata.name for p in core.list_namespaced_pod(namespace).items} & set(ballast):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"ballast pods still there after {timeout} s")
+        time.sleep(0.2)
