@@ -20,7 +20,8 @@ Service, which the API server then fills), a Service range that is not loopback,
 kubelet reached at the node's InternalIP, the job, deployment, replicaset, endpoint,
 endpointslice, nodelifecycle and persistentvolume-binder controllers (a job's master is a
 Job's pod; a benchmark's service is a Deployment; kube-proxy needs endpoints; the node's
-`not-ready` taint must go; claims must bind), and the node's own static token. (The
+`not-ready` taint must go; claims must bind), a node called lost after NODE_GRACE_SECONDS
+without a status, and the node's own static token. (The
 node-less cluster has no job controller: a Job there is stored, and makes no pod, as
 nothing would run it.) The defaults are the loopback cluster above.
 

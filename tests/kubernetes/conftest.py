@@ -8,7 +8,8 @@ tests keep apart by working in namespaces of their own:
   kubelet, kube-scheduler, kube-proxy) that runs pods in containers of the job image
   `make test-node` builds. Every test that runs a job's pods uses it (`job_namespace`).
   Only one can run on a machine at a time (fixed names and addresses): a second
-  session waits for the first one's node (node.MACHINE_LOCK).
+  session waits for the first one's node (node.MACHINE_LOCK). A module that needs more
+  nodes (`four_nodes`) adds three beside it for its tests, and removes them at its end.
 """
 
 from __future__ import annotations

@@ -32,7 +32,10 @@ as it was.
 
 One real node can run on a machine at a time (fixed names and addresses): `prepare()`
 takes a machine-wide lock (MACHINE_LOCK) first and waits for another session's node to
-stop, rather than failing; the lock goes with the process, even a killed one.
+stop, rather than failing; the lock goes with the process, even a killed one. More
+nodes can join it (extra_node.py: `ExtraNode` is this class with its own addresses,
+cgroup root and mount namespace); this first node undoes what all of them changed on
+the machine, so they stop before it.
 """
 
 from __future__ import annotations
