@@ -77,6 +77,11 @@ class JobDir:
         return self.path / "master.json"
 
     @property
+    def master_lock(self) -> Path:
+        """Held by a local job's master for its life (backends/local/master_site.py)."""
+        return self.path / "master.lock"
+
+    @property
     def state(self) -> Path:
         return self.path / "state.json"
 

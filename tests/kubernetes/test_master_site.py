@@ -1,7 +1,7 @@
 """What a job's master learns at start in its pod, against a real kube-apiserver (the
 node-less cluster: the master's pod and the job's pods are stored, their status written
-by the test): its owner (the Job), whether an earlier master pod still runs, whether the
-job is over already, and whether it can take the job over at all."""
+by the test): its owner (the Job), whether an earlier master still holds the job's lease,
+whether the job is over already, and whether it can take the job over at all."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes import master_site
 from elasticdl_nb.backends.kubernetes.api import KubernetesError
+from elasticdl_nb.backends.kubernetes.master_lease import MasterLease
 from elasticdl_nb.backends.kubernetes.master_site import KubernetesSite
 from elasticdl_nb.spec import JobSpec
 
@@ -61,16 +62,6 @@ def _master_pod(api_client, spec: JobSpec, job, pod_name: str) -> None:
     client.CoreV1Api(api_client).create_namespaced_pod(spec.namespace, pod)
 
 
-def _running(core, namespace: str, pod_name: str, running: bool = True) -> None:
-    state = {"running": {}} if running else {"terminated": {"exitCode": 143}}
-    container = {"name": "master", "image": "i", "imageID": "", "ready": running,
-                 "restartCount": 0, "state": state}  # fmt: skip
-    phase = "Running" if running else "Failed"
-    core.patch_namespaced_pod_status(
-        pod_name, namespace, {"status": {"phase": phase, "containerStatuses": [container]}}
-    )
-
-
 @pytest.mark.parametrize("volume", ["", "hostPath:/srv/jobs"], ids=["no-volume", "hostPath"])
 def test_a_master_without_the_journal_beside_the_job_s_pods_ends_them_and_fails(
     k8s_admin_client, k8s_namespace, tmp_path, volume
@@ -96,6 +87,9 @@ def test_a_master_without_the_journal_beside_the_job_s_pods_ends_them_and_fails(
     site = KubernetesSite(spec, "job", job_dir, k8s_admin_client, "job-master-bbbbb")
     with pytest.raises(KubernetesError) as refused:
         site.open()
+    # It held the job's lease (to write the job's failure, as its process would): let it
+    # go, or its renewals would outlive the namespace and fence this process.
+    site.fence.release()
     message = str(refused.value)
     if volume:
         assert "its journal" in message and "is not on the shared volume" in message
@@ -136,16 +130,23 @@ def test_a_master_restarted_after_the_end_was_recorded_exits_with_it(
     assert json.loads(message.read_text()) == state
 
 
-def test_a_new_master_waits_for_the_earlier_one_to_end_and_knows_its_job_from_the_pod(
+def test_a_new_master_waits_for_the_earlier_one_s_lease_and_knows_its_job_from_the_pod(
     k8s_admin_client, k8s_namespace, tmp_path
 ):
+    """The earlier master's pod is deleted while it still holds the job's lease: the new
+    master waits until the lease is let go (as a master leaving on SIGTERM lets it go)."""
     from kubernetes import client
 
     core = client.CoreV1Api(k8s_admin_client)
     batch = client.BatchV1Api(k8s_admin_client)
     spec = _spec(k8s_namespace, tmp_path, ps=1)
     owner = _job_and_master_pod(k8s_admin_client, spec, "job-master-old00")
-    _running(core, k8s_namespace, "job-master-old00")
+    exits: list[int] = []
+    coordination = client.CoordinationV1Api(k8s_admin_client)
+    earlier = MasterLease(
+        coordination, k8s_namespace, "job-master", owner, "job-master-old00", exits.append
+    )
+    assert earlier.acquire()
     # The old master pod is deleted (its kubelet has yet to stop it); the Job made a new one.
     core.delete_namespaced_pod("job-master-old00", k8s_namespace)
     job = batch.read_namespaced_job("job-master", k8s_namespace)
@@ -157,21 +158,28 @@ def test_a_new_master_waits_for_the_earlier_one_to_end_and_knows_its_job_from_th
     site = KubernetesSite(spec, "job", job_dir, k8s_admin_client, "job-master-new00")
     opened = threading.Thread(target=site.open)
     opened.start()
-    time.sleep(2)
-    assert opened.is_alive(), "it did not wait for the earlier master to end"
-    _running(core, k8s_namespace, "job-master-old00", running=False)
-    opened.join(10)
-    assert not opened.is_alive()
-    assert site.owner == owner
-    (ps_service,) = [
-        s
-        for s in core.list_namespaced_service(k8s_namespace).items
-        if s.metadata.name == "job-ps-0"
-    ]
-    assert ps_service.metadata.owner_references[0].uid == owner["uid"]
-    assert site.ps_addrs == [f"{ps_service.spec.cluster_ip}:{m.PS_PORT}"]
+    try:
+        time.sleep(2)
+        assert opened.is_alive(), "it did not wait for the earlier master's lease"
+        earlier.release()
+        opened.join(10)
+        assert not opened.is_alive()
+        holder = coordination.read_namespaced_lease("job-master", k8s_namespace).spec
+        assert holder.holder_identity.startswith("job-master-new00_"), holder
+        assert site.owner == owner
+        (ps_service,) = [
+            s
+            for s in core.list_namespaced_service(k8s_namespace).items
+            if s.metadata.name == "job-ps-0"
+        ]
+        assert ps_service.metadata.owner_references[0].uid == owner["uid"]
+        assert site.ps_addrs == [f"{ps_service.spec.cluster_ip}:{m.PS_PORT}"]
 
-    # SIGTERM: its pod alone goes while the Job stays; or the Job is being deleted.
-    assert site.job_going() is False
-    batch.delete_namespaced_job("job-master", k8s_namespace, propagation_policy="Foreground")
-    assert site.job_going() is True
+        # SIGTERM: its pod alone goes while the Job stays; or the Job is being deleted.
+        assert site.job_going() is False
+        batch.delete_namespaced_job("job-master", k8s_namespace, propagation_policy="Foreground")
+        assert site.job_going() is True
+    finally:
+        opened.join(30)
+        site.fence.release()  # (else its renewals outlive the namespace, and it is fenced)
+    assert exits == []

@@ -100,3 +100,37 @@ def test_a_transaction_cut_short_by_the_masters_death_is_cut_off_as_a_whole(tmp_
     successor.close()
     assert [e.seq for e in read_journal_file(path)] == [0, 1, 2]
     assert json.loads(path.read_text().splitlines()[-1])["kind"] == "master_restarted"
+
+
+class _Fenced(Exception):
+    pass
+
+
+def test_a_fenced_master_adds_nothing_not_even_a_transaction_it_began_in_time(tmp_path):
+    """The fence is asked before every event and again before a transaction's events are
+    written: a master that lost its right meanwhile writes none of them."""
+    path = tmp_path / "events.jsonl"
+    may_act = [True]
+
+    def fence():
+        if not may_act[0]:
+            raise _Fenced()
+
+    journal = Journal(path, fence=fence)
+    journal.append(EventKind.PROGRESS, step=0)
+    try:
+        with journal.transaction():
+            journal.append(EventKind.PROGRESS, step=1)
+            may_act[0] = False  # (its lease lapsed while it worked)
+    except _Fenced:
+        pass
+    else:
+        raise AssertionError("a transaction ended after the fence closed was written")
+    try:
+        journal.append(EventKind.PROGRESS, step=2)
+    except _Fenced:
+        pass
+    else:
+        raise AssertionError("an event was taken after the fence closed")
+    journal.close()
+    assert [e.data["step"] for e in read_journal_file(path)] == [0]

@@ -237,11 +237,13 @@ def test_deploy_manifests_are_strictly_valid_and_grant_no_cluster_wide_rights():
     }
     # The master manages pods and services, lists events (a preemption's only trace
     # before 1.26) and reads its Job (on SIGTERM: is the job being deleted, or only this
-    # master pod?), and nothing else (no secrets, no configmaps, no changes to Jobs).
-    assert set(master_rules) == {"pods", "services", "events", "jobs"}
+    # master pod?), holds its job's Lease (one master acts at a time), and nothing else
+    # (no secrets, no configmaps, no changes to Jobs).
+    assert set(master_rules) == {"pods", "services", "events", "jobs", "leases"}
     assert master_rules["services"] == {"create", "get"}  # the garbage collector deletes
     assert master_rules["events"] == {"list"}
     assert master_rules["jobs"] == {"get"}
+    assert master_rules["leases"] == {"get", "create", "update"}  # no list, watch, delete
     assert "*" not in set().union(*master_rules.values())
     user_rules = {
         resource: set(rule["verbs"])

@@ -22,6 +22,10 @@ class KubernetesError(ElasticDLError, RuntimeError):
     """The cluster refused or could not be reached; the message names the cause and fix."""
 
 
+class ApiServerOutOfReach(KubernetesError):
+    """No answer from the API server (refused, timed out): it may answer a retry."""
+
+
 def client_for(kubeconfig: str = "", timeout: float = 10.0, in_cluster: bool = False):
     """A `kubernetes.client.ApiClient`: from `kubeconfig`, else $KUBECONFIG or
     ~/.kube/config, else (or with `in_cluster`) the service account of the pod we run in."""
@@ -54,22 +58,27 @@ def client_for(kubeconfig: str = "", timeout: float = 10.0, in_cluster: bool = F
 
 
 def call(
-    what: str, method, *args: Any, allow: tuple[int, ...] = (), **kwargs: Any
+    what: str,
+    method,
+    *args: Any,
+    allow: tuple[int, ...] = (),
+    timeout: float = 15.0,
+    **kwargs: Any,
 ) -> dict[str, Any] | None:
     """Run one API call and return its JSON (read raw: older servers' Status replies do
     not parse into the client's models), or None for a refusal whose status is in
     `allow` (404 for "already gone", 409 for "already there"). `what` says what the call
-    does, for the error."""
+    does, for the error; `timeout` (seconds) bounds it."""
     from kubernetes.client.rest import ApiException
 
     try:
-        response = method(*args, _preload_content=False, _request_timeout=15, **kwargs)
+        response = method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
     except ApiException as exc:
         if exc.status in allow:
             return None
         raise KubernetesError(explain(what, exc)) from None
     except Exception as exc:  # connection refused, TLS, DNS, timeouts: the server is out of reach
-        raise KubernetesError(
+        raise ApiServerOutOfReach(
             f"Cannot {what}: the API server is out of reach ({type(exc).__name__}: "
             f"{_short(exc)}). Fix: check that the cluster is up and that the kubeconfig's "
             "server address is reachable from here (`kubectl cluster-info`)."

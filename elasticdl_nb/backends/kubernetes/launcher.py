@@ -45,9 +45,12 @@ class PodLauncher:
         owner: dict[str, Any],
         on_event: EventSink,
         addresses: m.Addresses,
+        fence: Callable[[], None] = lambda: None,
         first_use: Callable[[], None] | None = None,
     ):
         """`owner`: the owner reference of every pod it makes (the master's Job).
+        `fence`: called before every pod it creates or deletes (the master's lease:
+        a master another has replaced must not touch the job's pods).
         `first_use`: called once, by the first `launch` or `adopt` (from the master's
         main thread, once the runtime has set its signal handlers)."""
         self.spec, self.name, self.api = spec, name, api
@@ -57,6 +60,7 @@ class PodLauncher:
         self.owner = owner
         self.on_event = on_event
         self._first_use = first_use
+        self._fence = fence
         self._lock = threading.Lock()
         self._uids: dict[str, str] = {}  # pod name -> uid of the incarnation we made
         self._reported: dict[str, tuple] = {}  # pod name -> last event reported
@@ -87,6 +91,7 @@ class PodLauncher:
             )
         pod_name = body["metadata"]["name"]
         self._remove_ended_pod(pod_name)  # a PS relaunched under its old name
+        self._fence()
         created = call(
             f"create pod {pod_name}", self.api.create_namespaced_pod, self.namespace, body
         )
@@ -259,6 +264,7 @@ class PodLauncher:
     # ------------------------------------------------------------------ API calls
 
     def _delete_pod(self, pod_name: str, grace: int | None) -> None:
+        self._fence()
         call(
             f"delete pod {pod_name}",
             self.api.delete_namespaced_pod,

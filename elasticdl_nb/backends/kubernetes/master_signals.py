@@ -25,9 +25,12 @@ log = logging.getLogger("elasticdl_nb.master")
 LEAVING_EXIT = 128 + signal.SIGTERM
 
 
-def take_over_sigterm(job_going: Callable[[], bool]) -> bool:
+def take_over_sigterm(
+    job_going: Callable[[], bool], before_leaving: Callable[[], None] = lambda: None
+) -> bool:
     """From now on SIGTERM stops the job (the handler set until now: the runtime's) only
-    if `job_going()` says the job's Job is being deleted; else the process exits at once
+    if `job_going()` says the job's Job is being deleted; else `before_leaving()` (the
+    master lets its lease go, for the next master to take at once) and the process exits
     with LEAVING_EXIT. Only the main thread may set a handler: returns whether it did."""
     if threading.current_thread() is not threading.main_thread():
         log.warning("SIGTERM still stops the job: not called from the main thread")
@@ -44,6 +47,7 @@ def take_over_sigterm(job_going: Callable[[], bool]) -> bool:
             "SIGTERM, but the job's Job stays: only this master pod goes; the Job's next "
             "master takes the job over (its workers and PS run on)"
         )
+        before_leaving()
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(LEAVING_EXIT)

@@ -11,8 +11,9 @@ once (no DNS cache to go stale).
 A master may be the job's first, or one that takes over from a master that died: the
 kubelet restarted its container in the same pod, or the Job made a new pod. It takes
 over from the journal in the job directory (the runtime's `recovery.py`). Before that:
-- it waits until no earlier master pod of the job still runs (a deleted pod's master
-  may take its grace period to go): one master writes the journal at a time;
+- it takes the job's lease (`master_lease.py`), waiting until an earlier master let it
+  go or stopped renewing it: one master acts for the job at a time, even when the
+  earlier one runs on, cut off, on a node the cluster gave up on;
 - a job directory that already holds the final state means the job is over: the
   master exits at once with 0 (the kubelet restarted one that failed after recording
   the end), and the Job completes;
@@ -27,15 +28,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
 from elasticdl_nb.backends.kubernetes.launcher import PodLauncher
+from elasticdl_nb.backends.kubernetes.master_lease import MasterLease
 from elasticdl_nb.backends.kubernetes.master_signals import take_over_sigterm
 from elasticdl_nb.runtime.job_dir import JobDir, read_json
-from elasticdl_nb.runtime.master.site import EventSink
+from elasticdl_nb.runtime.master.site import EventSink, Fence
 from elasticdl_nb.runtime.protocol.channels import listen
 from elasticdl_nb.runtime.protocol.tls import JobTls
 from elasticdl_nb.spec import JobSpec
@@ -45,8 +46,13 @@ log = logging.getLogger("elasticdl_nb.master")
 # Kubernetes shows this file's content as the pod's termination message (4 KB at most):
 # the final state reaches the notebook even where it cannot read the shared volume.
 TERMINATION_LOG = Path("/dev/termination-log")
-# Beyond an earlier master pod's grace period: for its kubelet to report its end.
-EARLIER_MASTER_SLACK_SECONDS = 15.0
+
+
+class _BeforeTheLease:
+    """The fence before the master competes for the lease: it has done nothing yet."""
+
+    def check(self) -> None:
+        pass
 
 
 class KubernetesSite:
@@ -57,6 +63,11 @@ class KubernetesSite:
         (downward API) unless given (tests)."""
         self.spec, self.name, self.job_dir = spec, name, job_dir
         self._api_client, self._pod_name = api_client, pod_name
+        self._lease: MasterLease | None = None
+
+    @property
+    def fence(self) -> Fence:
+        return self._lease or _BeforeTheLease()
 
     def open(self) -> None:
         from kubernetes import client
@@ -73,7 +84,17 @@ class KubernetesSite:
             raise SystemExit(0)
         me = self._own_pod()
         self.owner = self._job_of(me)
-        self._wait_for_earlier_masters(me)
+        self._lease = MasterLease(
+            client.CoordinationV1Api(api_client),
+            spec.namespace,
+            m.master_name(name),
+            self.owner,
+            holder=me["metadata"]["name"],
+        )
+        if not self._lease.acquire(job_over=lambda: files.state.exists()):
+            state = read_json(files.state) or {}
+            log.info("the job ended while this master waited (%s); it exits", state.get("state"))
+            raise SystemExit(0)
         if not files.events.exists():
             self._refuse_to_start_over()
         self.address = f"{self._cluster_ip(m.master_service(spec, name))}:{m.MASTER_PORT}"
@@ -97,6 +118,8 @@ class KubernetesSite:
 
     def launcher(self, env: dict[str, str], on_event: EventSink) -> PodLauncher:
         del env  # pods get theirs from their manifests
+        lease = self._lease
+        assert lease is not None, "open() first"
         return PodLauncher(
             self.spec,
             self.name,
@@ -104,7 +127,8 @@ class KubernetesSite:
             self.owner,
             on_event,
             self.addresses,
-            first_use=lambda: take_over_sigterm(self.job_going),
+            fence=lease.check,
+            first_use=lambda: take_over_sigterm(self.job_going, before_leaving=lease.release),
         )
 
     def job_ended(self, status: dict) -> None:
@@ -163,34 +187,6 @@ class KubernetesSite:
             f"runs in the pod of its Job {m.master_name(self.name)}, which owns every "
             "object of the job."
         )
-
-    def _wait_for_earlier_masters(self, me: dict) -> None:
-        """Until no other master pod of the job has a running container (a deleted
-        pod's master is told to go, but has its grace period): two masters must never
-        write the journal at once. After the earlier pod's grace period (and some
-        slack for its kubelet to say so), it is taken for gone."""
-        waited_since = time.monotonic()
-        while True:
-            pods = call(
-                "list the job's master pods",
-                self.api.list_namespaced_pod,
-                self.spec.namespace,
-                label_selector=m.master_selector(self.name),
-            )
-            running = [
-                p
-                for p in pods.get("items", [])
-                if p["metadata"]["uid"] != me["metadata"]["uid"] and _runs(p)
-            ]
-            if not running:
-                return
-            grace = max((p["metadata"].get("deletionGracePeriodSeconds") or 30) for p in running)
-            if time.monotonic() - waited_since > grace + EARLIER_MASTER_SLACK_SECONDS:
-                names = ", ".join(p["metadata"]["name"] for p in running)
-                log.warning("master pods %s still show a running container; going on", names)
-                return
-            log.info("waiting for the earlier master pod to end")
-            time.sleep(0.5)
 
     def _refuse_to_start_over(self) -> None:
         """No journal here: the job is new, unless pods of it exist already. Then an
@@ -256,9 +252,3 @@ class KubernetesSite:
         if not ip or ip == "None":
             raise KubernetesError(f"Service {obj_name} has no cluster IP; the job needs one.")
         return ip
-
-
-def _runs(pod: dict) -> bool:
-    """Whether a container of `pod` runs, as its kubelet last said."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return any("running" in (s.get("state") or {}) for s in statuses)

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,10 @@ class Journal:
     from.
     """
 
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, fence: Callable[[], None] | None = None):
+        """`fence`: called before an event is taken (`site.Fence.check`): a master that
+        another has replaced must not add to the journal its successor continues."""
+        self._fence = fence
         self._events: list[Event] = list(_continued(path)) if path else []
         self._changed = threading.Condition()
         self._closed = False
@@ -59,6 +62,8 @@ class Journal:
         """Add an event of `kind` with `data` (JSON-able: the fields of the kind's payload,
         `vocabulary.events`)."""
         with self._changed:
+            if self._fence is not None:
+                self._fence()
             event = Event(len(self._events), time.time(), kind, data)
             self._events.append(event)
             if self._transaction is not None:
@@ -84,6 +89,8 @@ class Journal:
             finally:
                 events, self._transaction = self._transaction, None
                 if events:
+                    if self._fence is not None:  # (the block may have outlived the right)
+                        self._fence()
                     self._write(events)
 
     def _write(self, events: list[Event]) -> None:

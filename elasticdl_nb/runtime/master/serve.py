@@ -56,7 +56,9 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     address = site.bind(server, env.tls)
     env = dataclasses.replace(env, master_addr=address, ps_addrs=tuple(site.ps_addrs))
 
-    journal = Journal(files.events)  # a new master continues an earlier one's journal
+    # A new master continues an earlier one's journal; one that another has replaced
+    # since (the site's fence) adds nothing to it.
+    journal = Journal(files.events, fence=site.fence.check)
     # (follows the journal from where the event file ends: tensorboard_log.py)
     tensorboard = TensorBoardLog(journal, files.tensorboard).start() if spec.tensorboard else None
     master = build_master(
@@ -132,5 +134,6 @@ def _write_master_file(files: JobDir, address: str) -> None:
 def _ended(site: MasterSite, files: JobDir, status: dict) -> None:
     """The job's final state: written last (its presence means the job is over), then
     told to the site."""
+    site.fence.check()
     write_json(files.state, status)
     site.job_ended(status)

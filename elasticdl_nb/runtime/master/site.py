@@ -4,6 +4,8 @@ backend (backends implement them; `elasticdl_nb.backends` finds one by name):
 - `MasterSite`: where the master stands: the address it listens on, the PS addresses
   when they are fixed before any PS starts, the launcher of its instances, and what to
   do with the job's final status besides writing it into the job directory.
+- `Fence`: what keeps a master that another has replaced from acting on (one master acts
+  for a job at a time): the journal asks it before every event it writes.
 - `InstanceLauncher`: starts and kills workers and PS, and reports what happened to them
   as `InstanceEvent`s, in one shape and one vocabulary (`vocabulary.InstanceState`) for
   every backend. It holds no policy: that is `instances.InstanceManager`.
@@ -45,6 +47,17 @@ class InstanceEvent:
 EventSink = Callable[[InstanceEvent], None]
 
 
+class Fence(Protocol):
+    """This master's right to act for its job, which it may lose to a successor (its
+    node cut off, its process frozen, while the platform started another master)."""
+
+    def check(self) -> None:
+        """Return if this master may still act; else end the process at once, before
+        it writes or launches anything (a fenced master leaves the job to its
+        successor exactly as a killed one does)."""
+        ...
+
+
 class InstanceLauncher(Protocol):
     """What the master needs from a backend to run its instances."""
 
@@ -73,6 +86,11 @@ class InstanceLauncher(Protocol):
 
 class MasterSite(Protocol):
     """Where a job's master stands; made by the job's backend in the master process."""
+
+    @property
+    def fence(self) -> Fence:
+        """Asked before every journal event (see `Fence`); holds from `open` on."""
+        ...
 
     @property
     def ps_addrs(self) -> list[str]:
