@@ -6,20 +6,27 @@ reaches the pods of the others and a Service (kube-proxy on the first node serve
 the nodes share the host's network namespace). Then a node lost the way a VM dies (its
 kubelet, runtime and containers SIGKILLed, the API server told nothing), at a random
 step, with a job's workers, its PS, or its master on it: the job goes on and every record
-is applied exactly once (the PS ledger).
+is applied exactly once (the PS ledger). And a node cut off with the master running on it
+(frozen): the master's lease fences it off, and its successor takes the job over.
 
     make test-node && .venv/bin/python -m pytest -v tests/kubernetes/test_several_nodes.py
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 import elasticdl_nb as edl
+from elasticdl_nb.backends.kubernetes import master_lease
+from elasticdl_nb.runtime.master.journal import read_journal_file
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
 from tests.integration.models import DIGITS, custom_model, digits_split
@@ -199,13 +206,23 @@ def _train(real_cluster, namespace: str, tmp_path, master: str = MASTER, ps: str
     return job, len(x)
 
 
-def _lose(core, namespace: str, real_session, node) -> float:
-    """Make room on the first node for what the lost node ran, lose `node`; returns
-    when (wall clock)."""
+def _lose_at_step(job, core, namespace: str, real_session, victim, step: int) -> tuple:
+    """At `step`: where the job's pods are, checked and printed; then room made on the
+    first node for what the victim ran, and the victim lost. Returns (where the pods
+    were, the roles that were on the victim, when it was lost: wall clock)."""
+    wait_for_step(job, step, timeout=300)
+    placed = _placed(core, namespace)
+    print(f"placed: {placed}")
+    on_victim = sorted(r for r, _, n in placed.values() if n == victim.name)
+    _make_room_on_the_first_node(core, namespace, real_session)
+    victim.lose()
+    print(f"lost {victim.name} with {on_victim} at step {step}")
+    return placed, on_victim, time.time()
+
+
+def _make_room_on_the_first_node(core, namespace: str, real_session) -> None:
     ballast = f"ballast-{real_session.node.name}"
     core.delete_namespaced_pod(ballast, namespace, grace_period_seconds=0)
-    node.lose()
-    return time.time()
 
 
 def _node_lost_events(events, role: str) -> list:
@@ -244,14 +261,11 @@ def test_a_lost_node_s_workers_are_replaced_on_the_others_and_every_record_count
     lose_at = rng.randrange(20, EPOCHS * STEPS_PER_EPOCH // 3)
     job, records = _train(real_cluster, job_namespace, tmp_path)
     try:
-        wait_for_step(job, lose_at, timeout=300)
-        placed = _placed(core, job_namespace)
-        print(f"placed: {placed}")
+        placed, on_victim, lost_at = _lose_at_step(
+            job, core, job_namespace, real_session, victim, lose_at
+        )
+        assert on_victim == ["worker", "worker"], placed
         lost_workers = {i for r, i, n in placed.values() if n == victim.name}
-        assert {r for r, _, n in placed.values() if n == victim.name} == {"worker"}, placed
-        assert len(lost_workers) == 2, placed
-        lost_at = _lose(core, job_namespace, real_session, victim)
-        print(f"lost {victim.name} with workers {sorted(lost_workers)} at step {lose_at}")
 
         def replacements_placed():
             ids = {e.data["id"] for e in job.events(follow=False) if e.kind == "relaunch"}
@@ -292,12 +306,10 @@ def test_a_lost_node_s_ps_is_relaunched_elsewhere_from_its_checkpoint(
     lose_at = rng.randrange(60, EPOCHS * STEPS_PER_EPOCH // 3)  # after a PS checkpoint
     job, records = _train(real_cluster, job_namespace, tmp_path)
     try:
-        wait_for_step(job, lose_at, timeout=300)
-        placed = _placed(core, job_namespace)
-        print(f"placed: {placed}")
-        assert [r for r, _, n in placed.values() if n == victim.name] == ["ps"], placed
-        lost_at = _lose(core, job_namespace, real_session, victim)
-        print(f"lost {victim.name} with the PS at step {lose_at}")
+        placed, on_victim, lost_at = _lose_at_step(
+            job, core, job_namespace, real_session, victim, lose_at
+        )
+        assert on_victim == ["ps"], placed
         final = job.wait(timeout=600)
     finally:
         _close(job, core, job_namespace, real_session, victim)
@@ -319,6 +331,98 @@ def test_a_lost_node_s_ps_is_relaunched_elsewhere_from_its_checkpoint(
     assert ledger_problems(job.dir, 1, [records], EPOCHS) == []
 
 
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a container's processes, from the host)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return tree
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def test_a_master_frozen_on_a_cut_off_node_is_fenced_by_its_lease_and_adds_nothing_after(
+    four_nodes, real_session, job_home, job_namespace, real_cluster, real_admin, tmp_path
+):
+    """The master's node cut off while it runs on: its kubelet and the master's processes
+    frozen (SIGSTOP) at a random step, and its pod force-deleted (what an admin's
+    `kubectl delete --force`, or a node controller that gave up on the node, leaves: the
+    Job makes a new master pod while the old master still runs). The new master takes
+    the job's lease once it expired and takes the job over; thawed, the old master finds
+    its lease lost and exits without another journal event; the job succeeds, every
+    record applied once."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(real_admin)
+    rng = fault_rng("fenced-master")
+    # The master alone on the victim, as in the next test (this one does not lose it).
+    victim = _layout(core, job_namespace, real_session, 650, 700)
+    freeze_at = rng.randrange(20, EPOCHS * STEPS_PER_EPOCH // 3)
+    job, records = _train(real_cluster, job_namespace, tmp_path, master="cpu=700m,memory=1Gi")
+    # The journal read from the shared volume: the client's port-forward to the master
+    # would go through the frozen kubelet.
+    journal = job.dir / "events.jsonl"
+    kubelet = victim.procs["kubelet"].pid
+    frozen: list[int] = []
+    try:
+        wait_for_step(job, freeze_at, timeout=300)
+        placed = _placed(core, job_namespace)
+        assert [r for r, _, n in placed.values() if n == victim.name] == ["master"], placed
+        (old_pod,) = [name for name, (r, _, _) in placed.items() if r == "master"]
+        status = core.read_namespaced_pod(old_pod, job_namespace).status
+        master_pid = victim.container_pid(status.container_statuses[0].container_id)
+        frozen = [kubelet, *_process_tree(master_pid)]
+        _signal_all(frozen, signal.SIGSTOP)
+        frozen_at = time.time()
+        core.patch_node(victim.name, {"spec": {"unschedulable": True}})
+        _make_room_on_the_first_node(core, job_namespace, real_session)
+        core.delete_namespaced_pod(old_pod, job_namespace, grace_period_seconds=0)
+        print(f"froze {victim.name}'s kubelet and master {master_pid} at step {freeze_at}")
+
+        def taken_over():
+            events = read_journal_file(journal)
+            return next((e for e in events if e.kind == "master_restarted"), None)
+
+        restart = wait_for(taken_over, 180, "a new master to take the job over", poll=0.5)
+        _signal_all(frozen[1:], signal.SIGCONT)  # the old master thaws, its kubelet not yet
+        thawed_at = time.time()
+        wait_for(lambda: not Path(f"/proc/{master_pid}").exists(), 30, "the old master to go")
+        gone_at = time.time()
+        _signal_all([kubelet], signal.SIGCONT)
+        final = job.wait(timeout=600)
+    finally:
+        _signal_all(frozen, signal.SIGCONT)
+        core.patch_node(victim.name, {"spec": {"unschedulable": False}})
+        _close(job, core, job_namespace, real_session, victim)
+        real_session.cluster.restart_controller_manager()  # (the node may have gone NotReady)
+    assert final["state"] == "succeeded", final.get("error")
+
+    # The successor waited for the lease to expire, not for the old master to go.
+    assert restart.time - frozen_at >= master_lease.LEASE_SECONDS, restart.time - frozen_at
+    assert restart.data["adopted"] == 4  # the PS and three workers went on in their pods
+    log = (job.dir / "logs" / "master.log").read_text()
+    assert "this master stops acting and exits" in log
+    events = list(read_journal_file(journal))
+    assert [e.seq for e in events] == list(range(len(events)))  # one writer at a time
+    assert ledger_problems(job.dir, 1, [records], EPOCHS) == []
+    print(
+        f"a new master took over {restart.time - frozen_at:.1f} s after the freeze; the old "
+        f"one, thawed, exited within {gone_at - thawed_at:.1f} s"
+    )
+
+
 def test_a_lost_node_s_master_is_followed_by_a_new_pod_that_takes_the_job_over(
     four_nodes, real_session, job_home, job_namespace, real_cluster, real_admin, tmp_path
 ):
@@ -332,12 +436,10 @@ def test_a_lost_node_s_master_is_followed_by_a_new_pod_that_takes_the_job_over(
     lose_at = rng.randrange(20, EPOCHS * STEPS_PER_EPOCH // 3)
     job, records = _train(real_cluster, job_namespace, tmp_path, master="cpu=700m,memory=1Gi")
     try:
-        wait_for_step(job, lose_at, timeout=300)
-        placed = _placed(core, job_namespace)
-        print(f"placed: {placed}")
-        assert [r for r, _, n in placed.values() if n == victim.name] == ["master"], placed
-        lost_at = _lose(core, job_namespace, real_session, victim)
-        print(f"lost {victim.name} with the master at step {lose_at}")
+        placed, on_victim, lost_at = _lose_at_step(
+            job, core, job_namespace, real_session, victim, lose_at
+        )
+        assert on_victim == ["master"], placed
         final = job.wait(timeout=600)
     finally:
         _close(job, core, job_namespace, real_session, victim)
