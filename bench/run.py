@@ -44,6 +44,7 @@ BENCHMARKS = [
     "widget_path",
     "scaling",
     "kubernetes_node",
+    "node_loss",
     "elastic_scheduling",
     "elastic_service",
     "elastic_growth",

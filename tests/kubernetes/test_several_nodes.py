@@ -14,9 +14,7 @@ is applied exactly once (the PS ledger). And a node cut off with the master runn
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import textwrap
 import time
@@ -24,15 +22,12 @@ from pathlib import Path
 
 import pytest
 
-import elasticdl_nb as edl
 from elasticdl_nb.backends.kubernetes import master_lease
 from elasticdl_nb.runtime.master.journal import read_journal_file
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
-from tests.integration.models import DIGITS, custom_model, digits_split
-from tests.kubernetes.job_pods import k8s_options, pods
-from tests.kubernetes.placement import clear, leave_free
-from tests.kubernetes.test_kubernetes_jobs import STEPS_PER_EPOCH, _paced_loss
+from tests.kubernetes import node_loss
+from tests.kubernetes.test_kubernetes_jobs import STEPS_PER_EPOCH
 from tests.kubernetes.test_real_node import pod_manifest, wait_phase
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
@@ -147,106 +142,6 @@ def test_the_scheduler_spreads_pods_over_four_nodes_which_reach_each_other_and_s
 # for all); where a role runs is set by the CPU each node leaves free (placement.py), and
 # the room for the lost pods' successors is made on the first node just before the loss.
 
-MASTER, PS = "cpu=400m,memory=1Gi", "cpu=350m,memory=1Gi"  # workers: 100m (job_pods.SMALL)
-
-# The jobs tolerate an unreachable or not-ready node for 5 s instead of the API server's
-# default 300 s: a user's pod template, as a user with these needs would write it.
-TOLERATIONS = """
-spec:
-  tolerations:
-  - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
-  - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
-"""
-EPOCHS = 20
-
-
-def _placed(core, namespace: str) -> dict[str, tuple[str, int, str]]:
-    """The job's pods now: name -> (role, index, node)."""
-    return {
-        name: (
-            p.metadata.labels["elasticdl-nb/role"],
-            int(p.metadata.labels.get("elasticdl-nb/index", 0)),
-            p.spec.node_name,
-        )
-        for name, p in pods(core, namespace).items()
-        if not p.metadata.deletion_timestamp
-    }
-
-
-def _layout(core, namespace: str, real_session, first_free_m: int, victim_free_m: int):
-    """The first node with `first_free_m` free, an extra node not lost yet (returned)
-    with `victim_free_m`, and the other extra nodes full."""
-    live = [n for n in real_session.extra if not n.lost]
-    victim, others = live[0], live[1:]
-    leave_free(core, namespace, real_session.node.name, first_free_m)
-    leave_free(core, namespace, victim.name, victim_free_m)
-    for node in others:
-        leave_free(core, namespace, node.name, 0)
-    return victim
-
-
-def _train(real_cluster, namespace: str, tmp_path, master: str = MASTER, ps: str = PS):
-    """A PS job of three workers that records its PS ledger; and its records."""
-    (x, y), _ = digits_split()
-    template = tmp_path / "tolerations.yaml"
-    template.write_text(TOLERATIONS)
-    options = k8s_options(real_cluster, namespace, tmp_path)
-    job = edl.train(
-        custom_model,
-        **{**DIGITS, "loss": _paced_loss},
-        data=(x, y),
-        workers=3,
-        epochs=EPOCHS,
-        minibatch_size=32,
-        checkpoint_steps=40,
-        record_ledger=True,
-        pod_template=str(template),
-        **{**options, "master_resources": master, "ps_resources": ps},
-    )
-    return job, len(x)
-
-
-def _lose_at_step(job, core, namespace: str, real_session, victim, step: int) -> tuple:
-    """At `step`: where the job's pods are, checked and printed; then room made on the
-    first node for what the victim ran, and the victim lost. Returns (where the pods
-    were, the roles that were on the victim, when it was lost: wall clock)."""
-    wait_for_step(job, step, timeout=300)
-    placed = _placed(core, namespace)
-    print(f"placed: {placed}")
-    on_victim = sorted(r for r, _, n in placed.values() if n == victim.name)
-    _make_room_on_the_first_node(core, namespace, real_session)
-    victim.lose()
-    print(f"lost {victim.name} with {on_victim} at step {step}")
-    return placed, on_victim, time.time()
-
-
-def _make_room_on_the_first_node(core, namespace: str, real_session) -> None:
-    ballast = f"ballast-{real_session.node.name}"
-    core.delete_namespaced_pod(ballast, namespace, grace_period_seconds=0)
-
-
-def _node_lost_events(events, role: str) -> list:
-    return [
-        e for e in events
-        if e.kind == "instance" and e.data["role"] == role
-        and "NodeLost" in e.data.get("reason", "")
-    ]  # fmt: skip
-
-
-def _close(job, core, namespace: str, real_session, victim) -> None:
-    """The job's port-forward (before the API server goes at the session's end), the
-    test's ballast and what is left of the lost node (before the next test lays the
-    nodes out), and a fresh controller manager: in 1.20.2 a node lost earlier can leave
-    its taint manager's queue stuck, so that the next lost node is never tainted
-    NoExecute (kubernetes#94183; seen here: the third loss of a module waited 10 min)."""
-    if job._link._forward is not None:
-        job._link._forward.close()
-    clear(core, namespace)
-    if victim.lost:
-        undone = real_session.remove_node(victim)
-        real_session.cluster.restart_controller_manager()
-        assert not undone, undone
-
 
 def test_a_lost_node_s_workers_are_replaced_on_the_others_and_every_record_counts_once(
     four_nodes, real_session, job_home, job_namespace, real_cluster, real_admin, tmp_path
@@ -255,13 +150,11 @@ def test_a_lost_node_s_workers_are_replaced_on_the_others_and_every_record_count
 
     core = client.CoreV1Api(real_admin)
     rng = fault_rng("node-loss-worker")
-    # The master, the PS and one worker on the first node (900m), two workers on the
-    # victim (200m): the room there is exactly the three workers'.
-    victim = _layout(core, job_namespace, real_session, 900, 200)
-    lose_at = rng.randrange(20, EPOCHS * STEPS_PER_EPOCH // 3)
-    job, records = _train(real_cluster, job_namespace, tmp_path)
+    victim = node_loss.layout(core, job_namespace, real_session, "worker")
+    lose_at = rng.randrange(20, node_loss.EPOCHS * STEPS_PER_EPOCH // 3)
+    job, records = node_loss.train(real_cluster, job_namespace, tmp_path, "worker")
     try:
-        placed, on_victim, lost_at = _lose_at_step(
+        placed, on_victim, lost_at = node_loss.lose_at_step(
             job, core, job_namespace, real_session, victim, lose_at
         )
         assert on_victim == ["worker", "worker"], placed
@@ -269,7 +162,7 @@ def test_a_lost_node_s_workers_are_replaced_on_the_others_and_every_record_count
 
         def replacements_placed():
             ids = {e.data["id"] for e in job.events(follow=False) if e.kind == "relaunch"}
-            now = {i: n for r, i, n in _placed(core, job_namespace).values() if i in ids}
+            now = {i: n for r, i, n in node_loss.placed(core, job_namespace).values() if i in ids}
             if len(ids) >= len(lost_workers) and len(now) == len(ids) and all(now.values()):
                 return now
             return None
@@ -277,11 +170,11 @@ def test_a_lost_node_s_workers_are_replaced_on_the_others_and_every_record_count
         ran_on = wait_for(replacements_placed, 180, "the replacements scheduled", poll=0.5)
         final = job.wait(timeout=600)
     finally:
-        _close(job, core, job_namespace, real_session, victim)
+        node_loss.close(job, core, job_namespace, real_session, victim)
     assert final["state"] == "succeeded", final.get("error")
 
     events = list(job.events(follow=False))
-    lost = _node_lost_events(events, "worker")
+    lost = node_loss.node_lost_events(events, "worker")
     assert {e.data["id"] for e in lost} == lost_workers
     assert {e.data["kind"] for e in lost} == {"preempted"}  # not the workers' fault
     relaunched = {e.data["replaces"]: e.data["id"] for e in events if e.kind == "relaunch"}
@@ -289,7 +182,7 @@ def test_a_lost_node_s_workers_are_replaced_on_the_others_and_every_record_count
     print(f"lost workers ended {lost[0].time - lost_at:.1f} s after the node")
     # Their replacements ran on the nodes left.
     assert victim.name not in set(ran_on.values()), ran_on
-    assert ledger_problems(job.dir, 1, [records], EPOCHS) == []
+    assert ledger_problems(job.dir, 1, [records], node_loss.EPOCHS) == []
 
 
 def test_a_lost_node_s_ps_is_relaunched_elsewhere_from_its_checkpoint(
@@ -299,24 +192,21 @@ def test_a_lost_node_s_ps_is_relaunched_elsewhere_from_its_checkpoint(
 
     core = client.CoreV1Api(real_admin)
     rng = fault_rng("node-loss-ps")
-    # The master (400m) and the workers (3 x 100m) on the first node, the PS (350m) alone
-    # on the victim (the scheduler places it before the workers: it has the higher
-    # priority).
-    victim = _layout(core, job_namespace, real_session, 700, 350)
-    lose_at = rng.randrange(60, EPOCHS * STEPS_PER_EPOCH // 3)  # after a PS checkpoint
-    job, records = _train(real_cluster, job_namespace, tmp_path)
+    victim = node_loss.layout(core, job_namespace, real_session, "ps")
+    lose_at = rng.randrange(60, node_loss.EPOCHS * STEPS_PER_EPOCH // 3)  # after a PS checkpoint
+    job, records = node_loss.train(real_cluster, job_namespace, tmp_path, "ps")
     try:
-        placed, on_victim, lost_at = _lose_at_step(
+        placed, on_victim, lost_at = node_loss.lose_at_step(
             job, core, job_namespace, real_session, victim, lose_at
         )
         assert on_victim == ["ps"], placed
         final = job.wait(timeout=600)
     finally:
-        _close(job, core, job_namespace, real_session, victim)
+        node_loss.close(job, core, job_namespace, real_session, victim)
     assert final["state"] == "succeeded", final.get("error")
 
     events = list(job.events(follow=False))
-    (lost,) = _node_lost_events(events, "ps")
+    (lost,) = node_loss.node_lost_events(events, "ps")
     assert lost.data["kind"] == "preempted"
     (relaunch,) = [e for e in events if e.kind == "relaunch"]
     assert (relaunch.data["role"], relaunch.data["id"]) == ("ps", 0)
@@ -328,29 +218,7 @@ def test_a_lost_node_s_ps_is_relaunched_elsewhere_from_its_checkpoint(
         f"PS lost {lost.time - lost_at:.1f} s after its node, serving again "
         f"{back[0].time - lost_at:.1f} s after it (version {back[0].data['restored_version']})"
     )
-    assert ledger_problems(job.dir, 1, [records], EPOCHS) == []
-
-
-def _process_tree(pid: int) -> list[int]:
-    """`pid` and its descendants (a container's processes, from the host)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [pid]
-    while todo:
-        tree.append(todo.pop())
-        todo.extend(children.get(tree[-1], []))
-    return tree
-
-
-def _signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
+    assert ledger_problems(job.dir, 1, [records], node_loss.EPOCHS) == []
 
 
 def test_a_master_frozen_on_a_cut_off_node_is_fenced_by_its_lease_and_adds_nothing_after(
@@ -368,9 +236,9 @@ def test_a_master_frozen_on_a_cut_off_node_is_fenced_by_its_lease_and_adds_nothi
     core = client.CoreV1Api(real_admin)
     rng = fault_rng("fenced-master")
     # The master alone on the victim, as in the next test (this one does not lose it).
-    victim = _layout(core, job_namespace, real_session, 650, 700)
-    freeze_at = rng.randrange(20, EPOCHS * STEPS_PER_EPOCH // 3)
-    job, records = _train(real_cluster, job_namespace, tmp_path, master="cpu=700m,memory=1Gi")
+    victim = node_loss.layout(core, job_namespace, real_session, "master")
+    freeze_at = rng.randrange(20, node_loss.EPOCHS * STEPS_PER_EPOCH // 3)
+    job, records = node_loss.train(real_cluster, job_namespace, tmp_path, "master")
     # The journal read from the shared volume: the client's port-forward to the master
     # would go through the frozen kubelet.
     journal = job.dir / "events.jsonl"
@@ -378,16 +246,16 @@ def test_a_master_frozen_on_a_cut_off_node_is_fenced_by_its_lease_and_adds_nothi
     frozen: list[int] = []
     try:
         wait_for_step(job, freeze_at, timeout=300)
-        placed = _placed(core, job_namespace)
+        placed = node_loss.placed(core, job_namespace)
         assert [r for r, _, n in placed.values() if n == victim.name] == ["master"], placed
         (old_pod,) = [name for name, (r, _, _) in placed.items() if r == "master"]
         status = core.read_namespaced_pod(old_pod, job_namespace).status
         master_pid = victim.container_pid(status.container_statuses[0].container_id)
-        frozen = [kubelet, *_process_tree(master_pid)]
-        _signal_all(frozen, signal.SIGSTOP)
+        frozen = [kubelet, *node_loss.process_tree(master_pid)]
+        node_loss.signal_all(frozen, signal.SIGSTOP)
         frozen_at = time.time()
         core.patch_node(victim.name, {"spec": {"unschedulable": True}})
-        _make_room_on_the_first_node(core, job_namespace, real_session)
+        node_loss.make_room_on_the_first_node(core, job_namespace, real_session)
         core.delete_namespaced_pod(old_pod, job_namespace, grace_period_seconds=0)
         print(f"froze {victim.name}'s kubelet and master {master_pid} at step {freeze_at}")
 
@@ -396,16 +264,18 @@ def test_a_master_frozen_on_a_cut_off_node_is_fenced_by_its_lease_and_adds_nothi
             return next((e for e in events if e.kind == "master_restarted"), None)
 
         restart = wait_for(taken_over, 180, "a new master to take the job over", poll=0.5)
-        _signal_all(frozen[1:], signal.SIGCONT)  # the old master thaws, its kubelet not yet
+        node_loss.signal_all(
+            frozen[1:], signal.SIGCONT
+        )  # the old master thaws, its kubelet not yet
         thawed_at = time.time()
         wait_for(lambda: not Path(f"/proc/{master_pid}").exists(), 30, "the old master to go")
         gone_at = time.time()
-        _signal_all([kubelet], signal.SIGCONT)
+        node_loss.signal_all([kubelet], signal.SIGCONT)
         final = job.wait(timeout=600)
     finally:
-        _signal_all(frozen, signal.SIGCONT)
+        node_loss.signal_all(frozen, signal.SIGCONT)
         core.patch_node(victim.name, {"spec": {"unschedulable": False}})
-        _close(job, core, job_namespace, real_session, victim)
+        node_loss.close(job, core, job_namespace, real_session, victim)
         real_session.cluster.restart_controller_manager()  # (the node may have gone NotReady)
     assert final["state"] == "succeeded", final.get("error")
 
@@ -416,7 +286,7 @@ def test_a_master_frozen_on_a_cut_off_node_is_fenced_by_its_lease_and_adds_nothi
     assert "this master stops acting and exits" in log
     events = list(read_journal_file(journal))
     assert [e.seq for e in events] == list(range(len(events)))  # one writer at a time
-    assert ledger_problems(job.dir, 1, [records], EPOCHS) == []
+    assert ledger_problems(job.dir, 1, [records], node_loss.EPOCHS) == []
     print(
         f"a new master took over {restart.time - frozen_at:.1f} s after the freeze; the old "
         f"one, thawed, exited within {gone_at - thawed_at:.1f} s"
@@ -430,19 +300,17 @@ def test_a_lost_node_s_master_is_followed_by_a_new_pod_that_takes_the_job_over(
 
     core = client.CoreV1Api(real_admin)
     rng = fault_rng("node-loss-master")
-    # The master (700m here) alone on the victim; the PS and the workers (650m) on the
-    # first node, where the master does not fit.
-    victim = _layout(core, job_namespace, real_session, 650, 700)
-    lose_at = rng.randrange(20, EPOCHS * STEPS_PER_EPOCH // 3)
-    job, records = _train(real_cluster, job_namespace, tmp_path, master="cpu=700m,memory=1Gi")
+    victim = node_loss.layout(core, job_namespace, real_session, "master")
+    lose_at = rng.randrange(20, node_loss.EPOCHS * STEPS_PER_EPOCH // 3)
+    job, records = node_loss.train(real_cluster, job_namespace, tmp_path, "master")
     try:
-        placed, on_victim, lost_at = _lose_at_step(
+        placed, on_victim, lost_at = node_loss.lose_at_step(
             job, core, job_namespace, real_session, victim, lose_at
         )
         assert on_victim == ["master"], placed
         final = job.wait(timeout=600)
     finally:
-        _close(job, core, job_namespace, real_session, victim)
+        node_loss.close(job, core, job_namespace, real_session, victim)
     assert final["state"] == "succeeded", final.get("error")
 
     events = list(job.events(follow=False))
@@ -453,4 +321,4 @@ def test_a_lost_node_s_master_is_followed_by_a_new_pod_that_takes_the_job_over(
         f"a new master took over {restart.time - lost_at:.1f} s after the node was lost "
         f"(rebuilt in {restart.data['rebuild_s'] * 1000:.0f} ms)"
     )
-    assert ledger_problems(job.dir, 1, [records], EPOCHS) == []
+    assert ledger_problems(job.dir, 1, [records], node_loss.EPOCHS) == []
