@@ -375,6 +375,20 @@ class GroupSettledData(TypedDict, total=False):
     worker: int
 
 
+class PeerUnreachableData(TypedDict, total=False):
+    """`by` ("worker 3", "master") could not reach `peer` ("ps-0") for `seconds` (the
+    longest of `times` spells since it last said so): its calls failed or went unanswered
+    until the peer answered again (`healed`) or it gave up on the peer; `detail` is what
+    the last failed call said."""
+
+    by: Required[str]
+    peer: Required[str]
+    seconds: float
+    times: int
+    healed: bool
+    detail: str
+
+
 # -------------------------------------------------------------------- the kinds
 
 
@@ -421,6 +435,7 @@ class EventKind(StrEnum):
     QUEUE = "queue", QueueData
     EVALUATION_TASK = "evaluation_task", EvaluationTaskData
     GROUP_SETTLED = "group_settled", GroupSettledData
+    PEER_UNREACHABLE = "peer_unreachable", PeerUnreachableData
 
     @property
     def fields(self) -> dict[str, Any]:

@@ -96,6 +96,43 @@ def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_proces
     assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
 
 
+def test_a_ps_that_stops_answering_for_a_while_is_waited_for_and_the_journal_says_so(job_home):
+    """The PS frozen (SIGSTOP) for 12-14 s: what the workers and the master ask of it goes
+    unanswered meanwhile and is answered once it thaws; nobody is relaunched, nothing is
+    applied twice, and the journal says who could not reach ps-0, and for how long."""
+    rng = fault_rng("ps-paused")
+    epochs = 4
+    job, (x, _), _ = digits_job(workers=2, epochs=epochs, loss=paced_loss, evaluate=False)
+    wait_for_step(job, rng.randint(5, 40))
+    before = _live_pids(job)
+    paused = 12 + rng.uniform(0, 2)
+    os.kill(before[("ps", 0)], signal.SIGSTOP)
+    try:
+        time.sleep(paused)
+    finally:
+        os.kill(before[("ps", 0)], signal.SIGCONT)
+
+    assert job.wait(timeout=300)["state"] == "succeeded"
+    events = list(job.events(follow=False))
+    started = {
+        (e.data["role"], e.data["id"]): e.data["pid"]
+        for e in events
+        if e.kind == "instance" and e.data["kind"] == "started"
+    }
+    assert started == before  # nobody was relaunched
+    outages = [e.data for e in events if e.kind == "peer_unreachable"]
+    print(f"paused {paused:.1f} s; journal: {outages}")
+    assert outages, "nobody said that ps-0 did not answer"
+    for outage in outages:
+        assert outage["peer"] == "ps-0" and outage["healed"], outage
+        assert outage["by"] in ("worker 0", "worker 1", "master"), outage
+        assert outage["seconds"] <= paused + 2, outage
+    # The longest spell is the pause, as long as a call was waiting from its start (each
+    # worker's exchange and the master's polls are never more than a second apart).
+    assert max(o["seconds"] for o in outages) >= paused - 2, outages
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+
+
 def test_a_supervisor_killed_by_sigkill_leaves_no_process_of_its_job_behind(job_home):
     rng = fault_rng("supervisor-sigkill")
     job, _, _ = digits_job(workers=2, epochs=200, evaluate=False)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import grpc
 
+from elasticdl_nb.runtime.master.peer_outages import PeerOutages
 from elasticdl_nb.runtime.master.strategy import JobControl
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
@@ -60,6 +61,18 @@ class PsStrategy:
         self._needs_reconcile = False
         self._observed_at = 0.0
         self._table_stats: dict | None = None  # as last journaled
+        self._outages = PeerOutages(job.journal)
+
+    def _ask(self, ps_id: int, call):
+        """`call()` to PS `ps_id`; a failure or an answer after failures is journaled."""
+        started = time.monotonic()
+        try:
+            reply = call()
+        except Exception as exc:
+            self._outages.failed(f"ps-{ps_id}", started, exc)
+            raise
+        self._outages.answered(f"ps-{ps_id}")
+        return reply
 
     # ------------------------------------------------------------------ the PS's RPCs
 
@@ -160,7 +173,8 @@ class PsStrategy:
                 log.info("PS %d is not up: GetApplied later", ps_id)
                 return None
             try:
-                reply = stub.GetApplied(pb.AppliedRequest(flush=flush), timeout=10)
+                request = pb.AppliedRequest(flush=flush)
+                reply = self._ask(ps_id, lambda s=stub, r=request: s.GetApplied(r, timeout=10))
             except Exception as exc:  # a PS that is down is relaunched; ask again later
                 log.info("PS not answering GetApplied: %s", exc)
                 return None
@@ -192,11 +206,12 @@ class PsStrategy:
             return
         self._observed_at = now
         per_ps = []
-        for stub in list(self.stubs):
+        for ps_id, stub in enumerate(list(self.stubs)):
             try:
                 if stub is None:
                     return  # a PS is down: its numbers come with the next poll
-                per_ps.append(json.loads(stub.GetTableStats(pb.Empty(), timeout=10).json))
+                stats = self._ask(ps_id, lambda s=stub: s.GetTableStats(pb.Empty(), timeout=10))
+                per_ps.append(json.loads(stats.json))
             except Exception as exc:
                 log.info("PS table statistics not read now: %s", exc)
                 return

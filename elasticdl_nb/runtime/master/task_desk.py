@@ -115,6 +115,16 @@ class TaskDesk:
                 self._losses(r)
             if r.task_done:
                 self._task_done(r)
+            for outage in r.outages:
+                job.journal.append(
+                    EventKind.PEER_UNREACHABLE,
+                    by=f"worker {r.worker_id}",
+                    peer=outage.peer,
+                    seconds=round(outage.seconds, 3),
+                    times=outage.times,
+                    healed=outage.healed,
+                    detail=outage.detail,
+                )
             job.strategy.worker_reported(r)
             job.wake()
             return self._progress_response(r.worker_id)

@@ -23,7 +23,7 @@ from elasticdl_nb.runtime.exit_codes import USER_CODE_EXIT, WRONG_PEER_EXIT
 from elasticdl_nb.runtime.logs import setup_logging
 from elasticdl_nb.runtime.process_env import ProcessEnv
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
-from elasticdl_nb.runtime.protocol.patience import WrongPeer
+from elasticdl_nb.runtime.protocol.patience import PeerUnreachable, WrongPeer
 from elasticdl_nb.runtime.protocol.tls import WORKER
 from elasticdl_nb.runtime.worker.reporter import Reporter
 from elasticdl_nb.runtime.worker.task_feed import TaskRequests
@@ -72,6 +72,9 @@ def main() -> None:
     except WrongPeer as exc:
         log.error("%s", exc)
         sys.exit(WRONG_PEER_EXIT)
+    except PeerUnreachable:
+        reporter.flush()  # (the outage it gave up on, for the journal)
+        raise
     reporter.close()
     log.info("worker %d done", worker_id)
 

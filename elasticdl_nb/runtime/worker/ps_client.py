@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +56,13 @@ _RETRYABLE = {
 }
 
 MISDIRECTED_CONFIRMATIONS = 3  # a wrong answer at an address the master still gives
+# An exchange that took this long without failing went unanswered for most of it (a
+# shard's reply takes milliseconds; the longest, a 64 MiB pull, well under a second):
+# the network dropped it and TCP delivered it late. Told like a failure that healed.
+SLOW_EXCHANGE_SECONDS = 10.0
+
+# Told when a shard did not answer: (peer, seconds, healed, what the last call said).
+OutageSink = Callable[[str, float, bool, str], None]
 
 
 @dataclass
@@ -98,7 +106,9 @@ class PendingExchange:
 class PsClient:
     """`locate()` says where each shard serves now ("" for one that is not up); it is
     asked until every shard is up, and again whenever one does not answer. A shard that
-    stays unreachable for `give_up_after` seconds is `PeerUnreachable`."""
+    stays unreachable for `give_up_after` seconds is `PeerUnreachable`. Every spell
+    in which a shard did not answer (calls failed until one went through, an exchange
+    unanswered for SLOW_EXCHANGE_SECONDS, or the end of patience) goes to `on_outage`."""
 
     def __init__(
         self,
@@ -106,9 +116,11 @@ class PsClient:
         token: str,
         give_up_after: float = 600.0,
         tls: JobTls | None = None,
+        on_outage: OutageSink | None = None,
     ):
         self._locate, self._token, self._tls = locate, token, tls
         self.give_up_after = give_up_after
+        self._on_outage = on_outage
         self._connect_lock = threading.Lock()
         addresses = self._wait_until_up()
         self.num_ps = len(addresses)
@@ -118,6 +130,8 @@ class PsClient:
         for ps, address in enumerate(addresses):
             self._connect(ps, address)
         self.versions = [-1] * self.num_ps
+        # Per shard: (start, end) of its last exchange on its sender thread, monotonic.
+        self._exchanged = [(0.0, 0.0)] * self.num_ps
         self._senders = [
             ThreadPoolExecutor(1, thread_name_prefix=f"ps{i}") for i in range(self.num_ps)
         ]
@@ -275,7 +289,11 @@ class PsClient:
 
     def _push_pull(self, ps: int, request: pb.PushPullRequest, outbound: list[np.ndarray]):
         """(reply, its out-of-band buffers) from shard `ps`; `outbound`: the request's."""
-        return self.bulk[ps].push_pull(request, outbound)
+        started = time.monotonic()
+        try:
+            return self.bulk[ps].push_pull(request, outbound)
+        finally:
+            self._exchanged[ps] = (started, time.monotonic())
 
     def _finish_exchange(self, pending: PendingExchange):
         requests, pull_ids, pull_all = pending.requests, pending.pull_ids, pending.pull_all
@@ -337,7 +355,12 @@ class PsClient:
             except grpc.RpcError as err:
                 if err.code() not in _RETRYABLE and err.code() not in MISDIRECTED:
                     raise
-                reply = self._call(ps, again)  # (which asks where the shard is now)
+                # (which asks where the shard is now; the spell began with this exchange)
+                reply = self._call(ps, again, since=self._exchanged[ps][0], first_error=err)
+            else:
+                started, ended = self._exchanged[ps]
+                if ended - started > SLOW_EXCHANGE_SECONDS:
+                    self._outage(ps, ended - started, True, "no answer (the exchange was late)")
             if not reply[0].initialized:  # a shard restarted before its first checkpoint
                 log.warning("PS %d is empty: initializing it from this worker's model", ps)
                 self._call(
@@ -353,15 +376,22 @@ class PsClient:
             replies.append(reply)
         return replies
 
-    def _call(self, ps: int, call):
+    def _call(self, ps: int, call, since: float | None = None, first_error=None):
         """Call shard `ps`, retrying with backoff while it is unreachable or its address
-        answers as something else, asking the master where it is before each retry."""
+        answers as something else, asking the master where it is before each retry.
+        `since`, `first_error`: when the spell began, and how, if an earlier call failed."""
         backoff = self._backoff()
         confirmed_wrong = 0
+        since = time.monotonic() if since is None else since
+        failed = first_error
         while True:
             try:
-                return call(self.stubs[ps])
+                reply = call(self.stubs[ps])
+                if failed is not None:
+                    self._outage(ps, time.monotonic() - since, True, _said(failed))
+                return reply
             except grpc.RpcError as err:
+                failed = err
                 tried = self.addresses[ps]
                 wrong = wrong_peer(err, f"PS {ps}", tried)
                 if wrong is None and err.code() not in _RETRYABLE:
@@ -371,6 +401,7 @@ class PsClient:
                     if confirmed_wrong >= MISDIRECTED_CONFIRMATIONS:
                         raise wrong from err
                 if backoff.exhausted:
+                    self._outage(ps, time.monotonic() - since, False, _said(err))
                     raise PeerUnreachable(
                         f"PS {ps} (last at {tried}) did not answer for "
                         f"{backoff.waited:.0f} s: {err.code().name}: {err.details()}"
@@ -379,3 +410,18 @@ class PsClient:
                     "PS %d at %s: %s; retrying in %.2f s", ps, tried, err.code().name, backoff.delay
                 )
                 backoff.wait()
+
+    def _outage(self, ps: int, seconds: float, healed: bool, detail: str) -> None:
+        log.warning(
+            "PS %d did not answer for %.1f s (%s): %s",
+            ps,
+            seconds,
+            "answered again" if healed else "giving up",
+            detail,
+        )
+        if self._on_outage is not None:
+            self._on_outage(f"ps-{ps}", seconds, healed, detail)
+
+
+def _said(err: grpc.RpcError) -> str:
+    return f"{err.code().name}: {err.details()}"

@@ -83,6 +83,19 @@ class Reporter:
             )
         self._send_soon.set()
 
+    def outage(self, peer: str, seconds: float, healed: bool, detail: str) -> None:
+        """`peer` did not answer for `seconds`; one entry per peer and report (the
+        longest spell, how many)."""
+        with self._lock:
+            report = self._report(NO_TASK)
+            entry = next((o for o in report.outages if o.peer == peer), None)
+            if entry is None:
+                entry = report.outages.add(peer=peer)
+            entry.seconds = max(entry.seconds, seconds)
+            entry.times += 1
+            entry.healed, entry.detail = healed, detail[:300]
+        self._send_soon.set()
+
     def task_done(
         self,
         task_id: int,

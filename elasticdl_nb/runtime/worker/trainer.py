@@ -132,7 +132,7 @@ class Trainer:
             raise user_code_error(exc) from exc
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
-        self.ps = PsClient(locate_ps, env.token, tls=env.tls)
+        self.ps = PsClient(locate_ps, env.token, tls=env.tls, on_outage=reporter.outage)
         # The last push of the previous training task: it travels with the first pull of
         # the next one (exact mode), so a task boundary costs no extra round trip.
         self._unsent: _Computed | None = None

@@ -175,6 +175,15 @@ def _group_settled(d: dict) -> str:
     )
 
 
+def _peer_unreachable(d: dict) -> str:
+    spells = f" ({d['times']} times)" if d.get("times", 1) > 1 else ""
+    end = "answered again" if d.get("healed") else "given up on"
+    return (
+        f"{d['by']} could not reach {d['peer']} for {d.get('seconds', 0):.1f} s"
+        f"{spells}, then {end}: {d.get('detail', '')}"
+    )
+
+
 # The kinds that get a line of their own, and how it reads (None or "": no line this time).
 _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
     EventKind.INSTANCE: _instance,
@@ -216,6 +225,7 @@ _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
     EventKind.PHASE: lambda d: f"phase: {d['phase']}",
     EventKind.GROUP: lambda d: _group_line(d),
     EventKind.GROUP_SETTLED: _group_settled,
+    EventKind.PEER_UNREACHABLE: _peer_unreachable,
     EventKind.STRAGGLER: _straggler,
     EventKind.STRAGGLER_CLEARED: lambda d: (
         f"worker {d['worker']} is no longer a straggler ({d['reason']})"
