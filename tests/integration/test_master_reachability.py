@@ -20,6 +20,7 @@ from elasticdl_nb.backends.job_records import find_job
 from elasticdl_nb.backends.local.submit import kill_job
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
+from elasticdl_nb.runtime.master.worker_silence import SILENCE_SECONDS
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from elasticdl_nb.vocabulary import INSTANCE_ENDED
 from tests.conftest import job_processes
@@ -130,6 +131,36 @@ def test_a_ps_that_stops_answering_for_a_while_is_waited_for_and_the_journal_say
     # The longest spell is the pause, as long as a call was waiting from its start (each
     # worker's exchange and the master's polls are never more than a second apart).
     assert max(o["seconds"] for o in outages) >= paused - 2, outages
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+
+
+def test_a_worker_silent_with_a_task_is_given_up_on_within_the_budget(job_home):
+    """A worker frozen (SIGSTOP: as silent as one cut off from the master) at a random
+    step: SILENCE_SECONDS after its last word the master gives its work to the others
+    and replaces it; the journal says why; every record once."""
+    rng = fault_rng("worker-silent")
+    epochs = 6
+    job, (x, _), _ = digits_job(workers=2, epochs=epochs, loss=paced_loss, evaluate=False)
+    wait_for_step(job, rng.randint(5, 40))
+    frozen = _live_pids(job)[("worker", 0)]
+    os.kill(frozen, signal.SIGSTOP)
+    frozen_at = time.time()
+    try:
+        assert job.wait(timeout=300)["state"] == "succeeded"
+    finally:
+        if alive(frozen):
+            os.kill(frozen, signal.SIGKILL)
+    events = list(job.events(follow=False))
+    (gave_up,) = [e for e in events if e.kind == "peer_unreachable" and e.data["by"] == "master"]
+    assert gave_up.data["peer"] == "worker-0" and not gave_up.data["healed"], gave_up.data
+    requeued = [e for e in events if e.kind == "requeue" and e.data["worker"] == 0]
+    relaunched = [e for e in events if e.kind == "relaunch" and e.data["replaces"] == 0]
+    assert requeued and relaunched, "its work was not given back, or it was not replaced"
+    # Its last word came at most a report interval (0.2 s) before the freeze; the master
+    # looks every half second.
+    waited = requeued[0].time - frozen_at
+    print(f"worker 0 frozen; its work went back to the queue {waited:.1f} s later")
+    assert SILENCE_SECONDS - 0.5 <= waited <= SILENCE_SECONDS + 2, waited
     assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
 
 

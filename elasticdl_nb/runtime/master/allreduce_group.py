@@ -67,6 +67,7 @@ class AllreduceGroup:
     stops_unwanted_on_report = False
     # The group goes on with the members it has (why: worker_floor.py).
     holds_below_floor = False
+    gives_up_on_silent_workers = False
 
     def __init__(self, job: JobControl, expected_workers: int):
         self._job = job

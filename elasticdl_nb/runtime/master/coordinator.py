@@ -69,6 +69,8 @@ class Coordinator:
             if job.state in MASTER_END_STATES or not job.strategy.ready_to_train():
                 return
             job.strategy.tick()
+            if job.strategy.gives_up_on_silent_workers:
+                self._give_up_on_silent_workers()
             if job.growth:
                 job.growth.tick(training=job.phase == Phase.TRAINING)
             if job.epoch < 0:
@@ -88,6 +90,28 @@ class Coordinator:
             if not self._move_on():
                 return
         self._finish()
+
+    def _give_up_on_silent_workers(self) -> None:
+        """A worker that holds a task and said nothing for too long (worker_silence.py):
+        its work goes back to the queue, and it is ended and replaced."""
+        job = self._job
+        for worker_id, silent in job.silence.overdue(job.queue.holders()):
+            log.warning("worker %d silent for %.0f s with a task: given up on", worker_id, silent)
+            job.journal.append(
+                EventKind.PEER_UNREACHABLE,
+                by="master",
+                peer=f"worker-{worker_id}",
+                seconds=round(silent, 3),
+                times=1,
+                healed=False,
+                detail=(
+                    f"no report or task request for {silent:.0f} s while it held a task: "
+                    "its work goes back to the queue, and it is ended and replaced"
+                ),
+            )
+            job.release(worker_id)
+            job.silence.forget(worker_id)
+            job.end_worker(worker_id)
 
     def _first_epoch(self) -> None:
         callbacks = self._job.decisions.callbacks

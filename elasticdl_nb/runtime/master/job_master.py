@@ -40,6 +40,7 @@ from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.master.task_desk import TaskDesk
 from elasticdl_nb.runtime.master.tasks import TaskQueue
 from elasticdl_nb.runtime.master.worker_floor import WorkerFloor
+from elasticdl_nb.runtime.master.worker_silence import WorkerSilence
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Phase, Role
@@ -100,6 +101,7 @@ class JobMaster:
         self.incarnation = 0  # how many masters of this job died before this one
         self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.desk = TaskDesk(self)  # GetTask and ReportProgress
+        self.silence = WorkerSilence()  # when each worker last spoke (TaskDesk says)
         self.coordinator = Coordinator(self)
         self.decisions = CallbackDecisions(self, files.bundle, load_contract)
         self.evaluations = Evaluations(self, load_contract)

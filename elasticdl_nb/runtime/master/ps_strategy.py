@@ -41,6 +41,7 @@ class PsStrategy:
     idle_wait_seconds = 0.05
     stops_unwanted_on_report = True
     holds_below_floor = True
+    gives_up_on_silent_workers = True
 
     def __init__(
         self,

@@ -67,6 +67,9 @@ class TrainingStrategy(Protocol):
     stops_unwanted_on_report: bool
     # Whether training waits while fewer workers than a range's MIN run (worker_floor.py).
     holds_below_floor: bool
+    # Whether a worker that holds a task and falls silent is given up on
+    # (worker_silence.py); allreduce members have step deadlines instead.
+    gives_up_on_silent_workers: bool
 
     def ready_to_train(self) -> bool:
         """Whether the coordinator may start and judge epochs (PS: every PS came up)."""

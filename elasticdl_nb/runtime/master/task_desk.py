@@ -49,6 +49,7 @@ class TaskDesk:
         whose reply was lost gets the task that request was given, and a call that a
         newer one overtook (its caller stopped waiting) gives nothing away."""
         job = self._job
+        job.silence.heard(worker_id)
         deadline = time.monotonic() + wait_seconds
         with job.lock:
             given = self._task_given.get(worker_id)
@@ -94,6 +95,9 @@ class TaskDesk:
 
     def report(self, r: pb.ProgressReport) -> pb.ProgressResponse:
         job = self._job
+        job.silence.heard(r.worker_id)
+        if r == pb.ProgressReport(worker_id=r.worker_id, task_id=r.task_id, seq=r.seq):
+            return self._progress_response(r.worker_id)  # a heartbeat: nothing to record
         # One transaction: a master killed between journaling a report and the end of its
         # task left a new one waiting forever for a task whose every minibatch was
         # reported (the worker's retry was "counted already").

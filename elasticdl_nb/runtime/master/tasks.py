@@ -224,6 +224,10 @@ class TaskQueue:
         self.doing[task.task_id] = Assignment(worker_id, task)
         return task
 
+    def holders(self) -> set[int]:
+        """The workers that have a task handed out and not finished."""
+        return {a.worker_id for a in self.doing.values()}
+
     def holds(self, worker_id: int) -> bool:
         """Whether the worker has a task handed out and not finished."""
         return any(a.worker_id == worker_id for a in self.doing.values())

@@ -30,6 +30,8 @@ from elasticdl_nb.runtime.protocol.tls import JobTls
 
 log = logging.getLogger("elasticdl_nb.bulk")
 
+KEEPALIVE_IDLE_SECONDS = 30  # then a probe every 10 s, 3 unanswered: the peer is gone
+
 # (request, its buffers) -> (reply, the reply's out-of-band buffers). Raises BulkError to
 # refuse the request with a status code; any other exception is reported as UNKNOWN.
 Handler = Callable[
@@ -92,7 +94,14 @@ class BulkServer:
 
     def _serve(self, conn: socket.socket, peer) -> None:
         try:
+            # A connection idle between frames waits for the next one without a timeout;
+            # the kernel's probes end it within a minute once the worker is gone or its
+            # end was reset (the kernel's default: after 2 h), so that no thread waits
+            # for ever on a connection nobody holds.
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_SECONDS)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
             conn.settimeout(self._timeout)
             try:
                 conn = self._secured(conn)

@@ -20,6 +20,11 @@ from elasticdl_nb.runtime.protocol.tensors import to_tensor
 log = logging.getLogger("elasticdl_nb.worker")
 
 NO_TASK = -1  # the task id of a report about no task (an allreduce step's loss, ...)
+# With nothing else to send for this long, an empty report says "still here": the master
+# gives up on a worker that holds a task and says nothing for much longer
+# (master/worker_silence.py). From the reporter's own thread, so a worker that waits for a
+# PS or computes a long step still says it.
+HEARTBEAT_SECONDS = 5.0
 
 
 class Reporter:
@@ -31,6 +36,7 @@ class Reporter:
         self._send_lock = threading.Lock()
         self._pending: dict[int, pb.ProgressReport] = {}
         self._sent = 0  # the number of the last report sent
+        self._sent_at = time.monotonic()
         self.stop_requested = threading.Event()
         self._closed = threading.Event()
         self._send_soon = threading.Event()  # wakes the background thread before `interval`
@@ -141,6 +147,7 @@ class Reporter:
             self._sent += 1
             report.seq = self._sent
             reply = self.master.ReportProgress(report, timeout=10)
+            self._sent_at = time.monotonic()
             if reply.stop:
                 self.stop_requested.set()
 
@@ -149,6 +156,9 @@ class Reporter:
             self._send_soon.wait(self.interval)
             self._send_soon.clear()
             try:
+                with self._lock:
+                    if not self._pending and time.monotonic() - self._sent_at > HEARTBEAT_SECONDS:
+                        self._report(NO_TASK)  # empty: a heartbeat
                 self.flush()
             except Exception:  # noqa: BLE001 - the main loop sees the master gone on GetTask
                 log.exception("reporter")

@@ -1,0 +1,179 @@
+"""Network faults between a job's pods on the real node (iptables in the pods' network
+namespaces, net_faults.py): a worker cut off from its PS, the PS cut off from everyone, a
+lossy PS and connection resets on its bulk channel. The job goes on through each, nothing
+hangs, every record is applied exactly once (the PS ledger), and the journal says who
+could not reach the PS, and for how long (`peer_unreachable`).
+
+    make test-node && .venv/bin/python -m pytest -v tests/kubernetes/test_partitions.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import elasticdl_nb as edl
+from elasticdl_nb.backends.kubernetes import manifests as m
+from elasticdl_nb.runtime.ps.ledger import ledger_problems
+from tests.integration.faults import fault_rng, wait_for, wait_for_step
+from tests.integration.models import DIGITS, custom_model, digits_split
+from tests.kubernetes.job_pods import k8s_options, pods
+from tests.kubernetes.net_faults import PodNetwork
+from tests.kubernetes.test_kubernetes_jobs import _paced_loss
+
+pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
+
+CUT_SECONDS = 30
+
+
+def _train(real_cluster, namespace: str, tmp_path, epochs: int):
+    (x, y), _ = digits_split()
+    job = edl.train(
+        custom_model,
+        **{**DIGITS, "loss": _paced_loss},
+        data=(x, y),
+        workers=2,
+        epochs=epochs,
+        minibatch_size=32,
+        checkpoint_steps=40,
+        record_ledger=True,
+        **k8s_options(real_cluster, namespace, tmp_path),
+    )
+    return job, len(x)
+
+
+def _pod(core, namespace: str, role: str, index: int = 0) -> str:
+    (name,) = [
+        n for n, p in pods(core, namespace).items()
+        if p.metadata.labels["elasticdl-nb/role"] == role
+        and int(p.metadata.labels.get("elasticdl-nb/index", 0)) == index
+        and not p.metadata.deletion_timestamp
+    ]  # fmt: skip
+    return name
+
+
+def _running_pod(core, namespace: str, role: str) -> str:
+    """The job's pod of `role` once its container runs (waited for)."""
+
+    def running():
+        for name, p in pods(core, namespace).items():
+            statuses = p.status.container_statuses or []
+            if p.metadata.labels["elasticdl-nb/role"] == role and statuses:
+                if statuses[0].state.running and not p.metadata.deletion_timestamp:
+                    return name
+        return None
+
+    return wait_for(running, 180, f"a running {role} pod", poll=0.25)
+
+
+def _ps_addresses(core, namespace: str) -> list[str]:
+    """Where a worker reaches PS 0: its Service's cluster IP, and its pod's IP."""
+    ps_pod = core.read_namespaced_pod(_pod(core, namespace, "ps"), namespace)
+    (service,) = core.list_namespaced_service(namespace, label_selector=f"{m.LABEL_ROLE}=ps").items
+    return [service.spec.cluster_ip, ps_pod.status.pod_ip]
+
+
+def _outages(job, after_seq: int = 0) -> list[dict]:
+    return [
+        {**e.data, "seq": e.seq}
+        for e in job.events(follow=False)
+        if e.kind == "peer_unreachable" and e.seq > after_seq
+    ]
+
+
+def _last_seq(job) -> int:
+    return max(e.seq for e in job.events(follow=False))
+
+
+def _assert_running(job, what: str) -> None:
+    state = job.status()["state"]
+    assert state == "running", f"the job is {state} before {what}: raise the epochs"
+
+
+def test_a_worker_cut_off_from_its_ps_then_the_ps_cut_off_from_everyone_the_job_goes_on(
+    real_node, job_home, job_namespace, real_cluster, real_admin, tmp_path
+):
+    """Worker 0 cut off from the PS (not from the master) for 30 s at a random step; once
+    it said so, the PS cut off from every pod for 30 s. Each time the job waits for the
+    PS (TCP delivers what was dropped once the cut heals) and goes on; no process is
+    relaunched; the journal has each spell, by the worker that saw it."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(real_admin)
+    rng = fault_rng("partitions")
+    job, records = _train(real_cluster, job_namespace, tmp_path, epochs=30)
+    try:
+        wait_for_step(job, rng.randrange(10, 60), timeout=300)
+        _assert_running(job, "the first cut")
+        worker = PodNetwork(real_node, core, job_namespace, _pod(core, job_namespace, "worker"))
+        ps_at = _ps_addresses(core, job_namespace)
+        before = _last_seq(job)
+        with worker.cut_from(ps_at):
+            time.sleep(CUT_SECONDS)
+        cut_from_ps = wait_for(
+            lambda: [o for o in _outages(job, before) if o["by"] == "worker 0"],
+            120, "worker 0 to say that ps-0 did not answer", poll=1,
+        )  # fmt: skip
+        print(f"worker 0 cut off from ps-0 for {CUT_SECONDS} s: {cut_from_ps}")
+
+        _assert_running(job, "the second cut")
+        ps = PodNetwork(real_node, core, job_namespace, _pod(core, job_namespace, "ps"))
+        before = _last_seq(job)
+        with ps.cut_off():
+            time.sleep(CUT_SECONDS)
+        final = job.wait(timeout=900)
+    finally:
+        if job._link._forward is not None:
+            job._link._forward.close()
+    assert final["state"] == "succeeded", final.get("error")
+    ps_cut_off = _outages(job, before)
+    print(f"ps-0 cut off for {CUT_SECONDS} s: {ps_cut_off}")
+
+    for spell in cut_from_ps:
+        assert spell["peer"] == "ps-0" and spell["healed"], spell
+        # From the cut (or the worker's next exchange in it) to TCP's retransmission
+        # after the heal (~51 s into a loss, by the kernel's doubling timeout).
+        assert CUT_SECONDS - 5 <= spell["seconds"] <= CUT_SECONDS + 40, spell
+    assert all(o["peer"] == "ps-0" and o["healed"] for o in ps_cut_off), ps_cut_off
+    # A worker waiting for its exchange through the whole cut says so (one waiting at an
+    # epoch's end for the master says nothing: the master, waiting for the PS, does).
+    longest = max((o for o in ps_cut_off if o["by"].startswith("worker")),
+                  key=lambda o: o["seconds"])  # fmt: skip
+    assert longest["seconds"] >= CUT_SECONDS - 5, ps_cut_off
+    events = list(job.events(follow=False))
+    assert not [e for e in events if e.kind == "relaunch"]  # waited for, not replaced
+    assert ledger_problems(job.dir, 1, [records], 30) == []
+
+
+def test_a_lossy_ps_whose_bulk_connections_are_reset_loses_nothing(
+    real_node, job_home, job_namespace, real_cluster, real_admin, tmp_path
+):
+    """5 % of the PS's packets dropped, in and out, for the whole job; for 20 s of it,
+    2 % of what arrives on its bulk port answered with a reset. The job succeeds with
+    every record once; the resets are in the journal, each spell healed."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(real_admin)
+    rng = fault_rng("lossy-ps")
+    epochs = 12
+    job, records = _train(real_cluster, job_namespace, tmp_path, epochs=epochs)
+    try:
+        ps = PodNetwork(real_node, core, job_namespace, _running_pod(core, job_namespace, "ps"))
+        with ps.loss(0.05):  # (from before the first step)
+            wait_for_step(job, rng.randrange(10, 60), timeout=300)
+            _assert_running(job, "the resets")
+            before = _last_seq(job)
+            with ps.resets(m.PS_BULK_PORT, 0.02):
+                time.sleep(20)
+            final = job.wait(timeout=900)
+    finally:
+        if job._link._forward is not None:
+            job._link._forward.close()
+    assert final["state"] == "succeeded", final.get("error")
+    resets = [o for o in _outages(job, before) if o["by"].startswith("worker")]
+    print(f"during the resets: {resets[:5]} ({len(resets)} reports)")
+    assert resets, "no worker met a reset"
+    assert all(o["peer"] == "ps-0" and o["healed"] for o in resets), resets
+    assert any("UNAVAILABLE" in o["detail"] for o in resets), resets
+    assert ledger_problems(job.dir, 1, [records], epochs) == []
