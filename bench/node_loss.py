@@ -14,7 +14,8 @@ Split, by this process's clock (the nodes share it), polled every 0.25 s from th
 server as the admin: Kubernetes' part, from the loss to the Node seen not Ready (the node
 controller's grace, 20 s on the test cluster, `tests/kubernetes/cluster.py`) and on to
 the role's pods seen deleted (the taint manager, after the pods' 5 s toleration); then
-ours, from the pods deleted to training resumed, by the journal: for workers the first
+ours, from the pods deleted (as polled, or as the master's NodeLost event says, which
+comes first) to training resumed, by the journal: for workers the first
 loss a replacement reports, for the PS the first loss after the relaunched PS restored
 its checkpoint, for the master the first loss after the new master took over (it waits
 for the lost master's lease to expire: `master_lease.LEASE_SECONDS` from the moment it
@@ -65,9 +66,8 @@ class NodeWatch(Poller):
                 if ready and ready[0] != "True":
                     self.not_ready = now
             for p in self.core.list_namespaced_pod(self.namespace).items:
-                on_victim = p.spec.node_name == self.node and p.metadata.labels.get(
-                    "elasticdl-nb/role"
-                )
+                labels = p.metadata.labels or {}  # (the ballast pods have none)
+                on_victim = p.spec.node_name == self.node and labels.get("elasticdl-nb/role")
                 if on_victim and p.metadata.deletion_timestamp:
                     self.deleted.setdefault(p.metadata.name, now)
         except Exception:  # (the API server busy: the next poll sees it)
@@ -112,7 +112,14 @@ def lose_one(bench: NodeBench, role: str, workdir: Path) -> dict[str, Any]:
         node_loss.close(job, core, namespace, session, victim)
     events = list(read_journal_file(job.dir / "events.jsonl"))
     resumed, how = _resumed(events, role)
-    deleted = min(watch.deleted.values()) if watch.deleted else None
+    # A lost worker's or PS's pod, deleted by the taint manager, is seen by the master at
+    # once (its NodeLost event) and a PS's removed for its relaunch under the same name
+    # within milliseconds: a poll may miss it, the journal does not.
+    seen = list(watch.deleted.values()) + [
+        e.time for e in events
+        if e.kind == "instance" and "NodeLost" in e.data.get("reason", "")
+    ]  # fmt: skip
+    deleted = min(seen) if seen else None
     timeline = {
         "role": role,
         "on_victim": on_victim,
