@@ -1,8 +1,9 @@
 """Network faults between a job's pods on the real node (iptables in the pods' network
 namespaces, net_faults.py): a worker cut off from its PS, the PS cut off from everyone, a
-lossy PS and connection resets on its bulk channel. The job goes on through each, nothing
-hangs, every record is applied exactly once (the PS ledger), and the journal says who
-could not reach the PS, and for how long (`peer_unreachable`).
+lossy PS and connection resets on its bulk channel, an allreduce member cut off from its
+successor in the ring. The job goes on through each, nothing hangs, every record is
+applied exactly once (the PS ledger, the replicas' ledgers), and the journal says who
+could not reach whom, and for how long (`peer_unreachable`; the ring: `group` causes).
 
     make test-node && .venv/bin/python -m pytest -v tests/kubernetes/test_partitions.py
 """
@@ -177,3 +178,51 @@ def test_a_lossy_ps_whose_bulk_connections_are_reset_loses_nothing(
     assert all(o["peer"] == "ps-0" and o["healed"] for o in resets), resets
     assert any("UNAVAILABLE" in o["detail"] for o in resets), resets
     assert ledger_problems(job.dir, 1, [records], epochs) == []
+
+
+def test_an_allreduce_member_cut_off_from_its_successor_for_30_s_the_ring_goes_on(
+    real_node, job_home, job_namespace, real_cluster, real_admin, tmp_path
+):
+    """A ring of three worker pods; worker 0 cut off from worker 1 (its successor) for
+    30 s at a random step: the collective breaks, the master re-forms the group (the
+    journal's `group` events say which member waited for which), and once the cut heals
+    the ring trains on; every record of every epoch is applied once by every replica."""
+    from kubernetes import client
+
+    from elasticdl_nb.runtime.worker.replica_records import replica_problems
+    from tests.integration.models import paced_loss
+
+    core = client.CoreV1Api(real_admin)
+    rng = fault_rng("ring-cut")
+    epochs = 25
+    (x, y), _ = digits_split()
+    job = edl.train(
+        custom_model,
+        **{**DIGITS, "loss": paced_loss},
+        data=(x, y),
+        workers=3,
+        strategy="allreduce",
+        epochs=epochs,
+        minibatch_size=32,
+        record_ledger=True,
+        **k8s_options(real_cluster, job_namespace, tmp_path),
+    )
+    try:
+        wait_for_step(job, rng.randint(20, 120), timeout=300)
+        _assert_running(job, "the cut")
+        first = PodNetwork(real_node, core, job_namespace, _pod(core, job_namespace, "worker", 0))
+        second = PodNetwork(real_node, core, job_namespace, _pod(core, job_namespace, "worker", 1))
+        before = _last_seq(job)
+        with first.cut_from([second.ip]):
+            time.sleep(CUT_SECONDS)
+        final = job.wait(timeout=900)
+    finally:
+        if job._link._forward is not None:
+            job._link._forward.close()
+    assert final["state"] == "succeeded", final.get("error")
+    events = list(job.events(follow=False))
+    groups = [e.data for e in events if e.kind == "group" and e.seq > before]
+    failures = [g for g in groups if g["reason"] == "failure"]
+    print(f"{len(failures)} failures during and after the cut: {failures[:3]}")
+    assert failures, "the cut broke no collective"
+    assert replica_problems(job.dir, [len(x)], 32, epochs) == []
