@@ -40,6 +40,7 @@ from tests.kubernetes.node import (
     MACHINE_LOCK,
     NodeStartError,
     RealNode,
+    _cgroup_pids,
     _kill,
     _mounts,
     _pids,
@@ -166,8 +167,7 @@ class ExtraNode(RealNode):
         its containerd's socket (kubelet, containerd, shims)."""
         pids = set()
         for top in self._cgroup_dirs():
-            for procs in top.rglob("cgroup.procs"):
-                pids.update(int(p) for p in (_read(procs) or "").split())
+            pids |= _cgroup_pids(top)
         mine = (str(self.dir), str(self.socket))
         for pid in _pids():
             cmd = _proc_cmdline(pid)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -47,9 +48,21 @@ class PodNetwork:
             yield
         finally:
             for chain, *spec in reversed(added):
-                if not Path(f"/proc/{self.pid}").exists():
+                try:
+                    self.iptables("-D", chain, *spec)
+                except subprocess.CalledProcessError:
+                    if self._alive():
+                        raise
                     break  # the pod ended, and its network namespace with it
-                self.iptables("-D", chain, *spec)
+
+    def _alive(self) -> bool:
+        """Whether the container's first process still runs (not ended, not a zombie)."""
+        time.sleep(0.5)  # (a process being killed: let it finish)
+        stat = Path(f"/proc/{self.pid}/stat")
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
 
     def cut_from(self, peers: Sequence[str]) -> contextlib.AbstractContextManager[None]:
         """Every packet to and from `peers` (addresses) dropped: a blackhole, no reset."""

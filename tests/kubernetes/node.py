@@ -153,6 +153,15 @@ def _run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.Comp
     return subprocess.run(args, capture_output=True, text=True, check=check, timeout=timeout)
 
 
+def _cgroup_pids(top: Path) -> set[int]:
+    """The processes in `top` and the cgroups below it. A walk that ignores a cgroup
+    removed while it is read (its container ended): `Path.rglob` raises then."""
+    pids: set[int] = set()
+    for where, _, _ in os.walk(top):
+        pids.update(int(p) for p in (_read(Path(where) / "cgroup.procs") or "").split())
+    return pids
+
+
 def _read(path: str | Path) -> str | None:
     try:
         return Path(path).read_text().strip()
@@ -811,8 +820,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         for _ in range(50):
             pids = set()
             for top in self._cgroup_dirs():
-                for procs in top.rglob("cgroup.procs"):
-                    pids.update(int(p) for p in (_read(procs) or "").split())
+                pids |= _cgroup_pids(top)
             if not pids:
                 return
             _kill(pids)
@@ -885,8 +893,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def _remove_cgroups(self) -> None:
         for top in self._cgroup_dirs():
-            dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-            for d in [*dirs, top]:
+            dirs = [Path(where) for where, _, _ in os.walk(top, topdown=False)]  # deepest first
+            for d in dirs:
                 with contextlib.suppress(FileNotFoundError):
                     d.rmdir()
 

@@ -147,6 +147,53 @@ def test_a_worker_cut_off_from_its_ps_then_the_ps_cut_off_from_everyone_the_job_
     assert ledger_problems(job.dir, 1, [records], 30) == []
 
 
+def test_a_worker_cut_off_from_the_master_has_its_work_given_to_the_others_within_the_budget(
+    real_node, job_home, job_namespace, real_cluster, real_admin, tmp_path
+):
+    """Worker 0 cut off from the master (its Service IP and pod IP; the PS it still
+    reaches) at a random step: SILENCE_SECONDS after its last word the master gives its
+    work to worker 1 and replaces it (its pod deleted through the API, which still
+    reaches its kubelet); every record once."""
+    from kubernetes import client
+
+    from elasticdl_nb.runtime.master.worker_silence import SILENCE_SECONDS
+
+    core = client.CoreV1Api(real_admin)
+    rng = fault_rng("worker-cut-from-master")
+    epochs = 20
+    job, records = _train(real_cluster, job_namespace, tmp_path, epochs=epochs)
+    try:
+        wait_for_step(job, rng.randrange(10, 60), timeout=300)
+        _assert_running(job, "the cut")
+        worker = PodNetwork(real_node, core, job_namespace, _pod(core, job_namespace, "worker"))
+        master_pod = core.read_namespaced_pod(_pod(core, job_namespace, "master"), job_namespace)
+        (service,) = core.list_namespaced_service(
+            job_namespace, label_selector=f"{m.LABEL_ROLE}=master"
+        ).items
+        with worker.cut_from([service.spec.cluster_ip, master_pod.status.pod_ip]):
+            cut_at = time.time()
+            wait_for(
+                lambda: [e for e in job.events(follow=False)
+                         if e.kind == "requeue" and e.data["worker"] == 0],
+                SILENCE_SECONDS + 30, "worker 0's work given back", poll=0.5,
+            )  # fmt: skip
+        final = job.wait(timeout=900)
+    finally:
+        if job._link._forward is not None:
+            job._link._forward.close()
+    assert final["state"] == "succeeded", final.get("error")
+    events = list(job.events(follow=False))
+    (gave_up,) = [e for e in events if e.kind == "peer_unreachable" and e.data["by"] == "master"]
+    assert gave_up.data["peer"] == "worker-0" and not gave_up.data["healed"], gave_up.data
+    requeued = next(e for e in events if e.kind == "requeue" and e.data["worker"] == 0)
+    assert any(e.kind == "relaunch" and e.data["replaces"] == 0 for e in events)
+    waited = requeued.time - cut_at
+    print(f"worker 0 cut off from the master; its work went back {waited:.1f} s later")
+    # Its last word came at most a report interval before the cut (it was training).
+    assert SILENCE_SECONDS - 1 <= waited <= SILENCE_SECONDS + 2, waited
+    assert ledger_problems(job.dir, 1, [records], epochs) == []
+
+
 def test_a_lossy_ps_whose_bulk_connections_are_reset_loses_nothing(
     real_node, job_home, job_namespace, real_cluster, real_admin, tmp_path
 ):
