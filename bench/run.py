@@ -6,8 +6,9 @@
 
 Each benchmark runs as its own process (a fresh TensorFlow, no state carried between
 them) and writes bench/results/<name>.json (bench/harness.py). This script then writes
-bench/results.json (all of them, with the machine and the code measured; with --only,
-the other benchmarks' latest results are kept), the PNG plots
+bench/results.json (all of them, with the machine and the code measured, each one's
+details left in its own file; with --only, the other benchmarks' latest results are
+kept), the PNG plots
 (bench/plots.py) and the results table between the markers in bench/README.md, and prints
 every ratio. A benchmark that fails is reported as failed; the others still run, and the
 exit status says so. A benchmark that cannot run on this machine (kubernetes_node.py without
@@ -128,14 +129,33 @@ def publish(results: dict[str, dict], run: dict | None = None) -> list:
     this run's command, seconds and machine; None keeps the file's (the last full run)."""
     merged_path = harness.ROOT / "bench" / "results.json"
     previous = json.loads(merged_path.read_text()) if merged_path.exists() else {}
-    everything = {**previous.get("results", {}), **results}
+    everything = {**_latest(previous.get("results", {})), **results}
     everything = {n: everything[n] for n in BENCHMARKS + VARIANTS if n in everything}
     head = run or {k: previous[k] for k in ("command", "seconds", "machine")}
-    merged = {**head, "results": everything}
+    # Each benchmark's details (every run, every sample) stay in its own result file,
+    # which is tracked too: copied here they made this file megabytes of duplicates.
+    merged = {**head, "results": {n: _without_details(n, doc) for n, doc in everything.items()}}
     merged_path.write_text(json.dumps(merged, indent=1, default=str) + "\n")
     written = plots.draw(everything, harness.ROOT / "bench" / "plots")
     write_readme_table(everything, head["machine"], head["command"])
     return written
+
+
+def _latest(previous: dict[str, dict]) -> dict[str, dict]:
+    """The benchmarks in results.json, whole: from their own result files where those
+    are (the plots read the details), else as results.json has them."""
+    whole = {}
+    for name, doc in previous.items():
+        own = harness.RESULTS_DIR / f"{name}.json"
+        whole[name] = json.loads(own.read_text()) if own.exists() else doc
+    return whole
+
+
+def _without_details(name: str, doc: dict) -> dict:
+    if "details" not in doc:
+        return doc
+    where = (harness.RESULTS_DIR / f"{name}.json").relative_to(harness.ROOT)
+    return {**{k: v for k, v in doc.items() if k != "details"}, "details_in": str(where)}
 
 
 def merge(names: list[str]) -> int:
