@@ -74,11 +74,7 @@ def test_a_master_that_stops_answering_for_a_while_is_waited_for_by_every_proces
 
     assert job.wait(timeout=300)["state"] == "succeeded"
     events = list(job.events(follow=False))
-    started = {
-        (e.data["role"], e.data["id"]): e.data["pid"]
-        for e in events
-        if e.kind == "instance" and e.data["kind"] == "started"
-    }
+    started = _started_pids(events)
     assert started == before  # nobody was relaunched: the same processes went on
     unexpected = [
         e.data
@@ -115,11 +111,7 @@ def test_a_ps_that_stops_answering_for_a_while_is_waited_for_and_the_journal_say
 
     assert job.wait(timeout=300)["state"] == "succeeded"
     events = list(job.events(follow=False))
-    started = {
-        (e.data["role"], e.data["id"]): e.data["pid"]
-        for e in events
-        if e.kind == "instance" and e.data["kind"] == "started"
-    }
+    started = _started_pids(events)
     assert started == before  # nobody was relaunched
     outages = [e.data for e in events if e.kind == "peer_unreachable"]
     print(f"paused {paused:.1f} s; journal: {outages}")
@@ -246,3 +238,12 @@ def test_a_process_whose_master_address_is_served_by_another_server_exits_saying
     finally:
         process.stop()
         wrong.server.stop(0)
+
+
+def _started_pids(events) -> dict[tuple[str, int], int]:
+    """(role, id) -> pid of every instance the journal says was started."""
+    return {
+        (e.data["role"], e.data["id"]): e.data["pid"]
+        for e in events
+        if e.kind == "instance" and e.data["kind"] == "started"
+    }

@@ -10,6 +10,13 @@ import time
 SMALL = "cpu=100m,memory=1Gi"
 
 
+def close_forward(job) -> None:
+    """The notebook's port-forward to a job's master closed: before the API server goes
+    at the session's end (or a test lays the cluster out again)."""
+    if job._link._forward is not None:
+        job._link._forward.close()
+
+
 def k8s_options(cluster, namespace: str, tmp_path) -> dict:
     """The JobSpec options of a job in `namespace`, submitted as the notebook's user, on
     a hostPath shared volume in `tmp_path`."""

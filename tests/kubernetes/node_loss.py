@@ -15,7 +15,7 @@ from pathlib import Path
 import elasticdl_nb as edl
 from tests.integration.faults import wait_for_step
 from tests.integration.models import DIGITS, custom_model, digits_split
-from tests.kubernetes.job_pods import k8s_options, pods
+from tests.kubernetes.job_pods import close_forward, k8s_options, pods
 from tests.kubernetes.placement import clear, leave_free
 from tests.kubernetes.test_kubernetes_jobs import _paced_loss
 
@@ -125,13 +125,12 @@ def node_lost_events(events, role: str) -> list:
 
 
 def close(job, core, namespace: str, real_session, victim) -> None:
-    """The job's port-forward (before the API server goes at the session's end), the
-    test's ballast and what is left of the lost node (before the next test lays the
-    nodes out), and a fresh controller manager: in 1.20.2 a node lost earlier can leave
-    its taint manager's queue stuck, so that the next lost node is never tainted
-    NoExecute (kubernetes#94183; seen here: the third loss of a module waited 10 min)."""
-    if job._link._forward is not None:
-        job._link._forward.close()
+    """The job's port-forward, the test's ballast and what is left of the lost node
+    (before the next test lays the nodes out), and a fresh controller manager: in
+    1.20.2 a node lost earlier can leave its taint manager's queue stuck, so that the
+    next lost node is never tainted NoExecute (kubernetes#94183; seen here: the third
+    loss of a module waited 10 min)."""
+    close_forward(job)
     clear(core, namespace)
     if victim.lost:
         undone = real_session.remove_node(victim)

@@ -16,7 +16,7 @@ import elasticdl_nb as edl
 from elasticdl_nb.sdk.job import Job
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind
 from tests.integration.models import DIGITS, custom_model, digits_split
-from tests.kubernetes.job_pods import k8s_options
+from tests.kubernetes.job_pods import close_forward, k8s_options
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
@@ -93,5 +93,4 @@ def test_an_ended_job_answers_status_at_once_and_jobs_says_what_status_says_thro
         noise += [line for line in capfd.readouterr().err.splitlines() if "port-forward" in line]
         assert noise == [], noise
     finally:
-        if job._link._forward is not None:  # before the API server goes, at the session's end
-            job._link._forward.close()
+        close_forward(job)

@@ -27,7 +27,7 @@ from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from elasticdl_nb.vocabulary import INSTANCE_ENDED
 from tests.integration.faults import fault_rng, follow_events, wait_for, wait_for_step
 from tests.integration.models import DIGITS, custom_model, digits_split
-from tests.kubernetes.job_pods import k8s_options, pods
+from tests.kubernetes.job_pods import close_forward, k8s_options, pods
 from tests.kubernetes.test_kubernetes_jobs import STEPS_PER_EPOCH, _paced_loss
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
@@ -143,8 +143,7 @@ def test_a_master_killed_in_its_container_then_its_pod_deleted_the_job_goes_on(
         _kill_the_master_twice(job, core, real_node, job_namespace, kill_at, delete_at)
         final = job.wait(timeout=600)
     finally:
-        if job._link._forward is not None:  # before the API server goes, at the session's end
-            job._link._forward.close()
+        close_forward(job)
     assert final["state"] == "succeeded", final.get("error")
 
     restarts = [e["data"] for e in _restarts(job)]

@@ -19,7 +19,7 @@ from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.integration.faults import fault_rng, wait_for, wait_for_step
 from tests.integration.models import DIGITS, custom_model, digits_split
-from tests.kubernetes.job_pods import k8s_options, pods
+from tests.kubernetes.job_pods import close_forward, k8s_options, pods
 from tests.kubernetes.net_faults import PodNetwork
 from tests.kubernetes.test_kubernetes_jobs import _paced_loss
 
@@ -125,8 +125,7 @@ def test_a_worker_cut_off_from_its_ps_then_the_ps_cut_off_from_everyone_the_job_
             time.sleep(CUT_SECONDS)
         final = job.wait(timeout=900)
     finally:
-        if job._link._forward is not None:
-            job._link._forward.close()
+        close_forward(job)
     assert final["state"] == "succeeded", final.get("error")
     ps_cut_off = _outages(job, before)
     print(f"ps-0 cut off for {CUT_SECONDS} s: {ps_cut_off}")
@@ -179,8 +178,7 @@ def test_a_worker_cut_off_from_the_master_has_its_work_given_to_the_others_withi
             )  # fmt: skip
         final = job.wait(timeout=900)
     finally:
-        if job._link._forward is not None:
-            job._link._forward.close()
+        close_forward(job)
     assert final["state"] == "succeeded", final.get("error")
     events = list(job.events(follow=False))
     (gave_up,) = [e for e in events if e.kind == "peer_unreachable" and e.data["by"] == "master"]
@@ -216,8 +214,7 @@ def test_a_lossy_ps_whose_bulk_connections_are_reset_loses_nothing(
                 time.sleep(20)
             final = job.wait(timeout=900)
     finally:
-        if job._link._forward is not None:
-            job._link._forward.close()
+        close_forward(job)
     assert final["state"] == "succeeded", final.get("error")
     resets = [o for o in _outages(job, before) if o["by"].startswith("worker")]
     print(f"during the resets: {resets[:5]} ({len(resets)} reports)")
@@ -264,8 +261,7 @@ def test_an_allreduce_member_cut_off_from_its_successor_for_30_s_the_ring_goes_o
             time.sleep(CUT_SECONDS)
         final = job.wait(timeout=900)
     finally:
-        if job._link._forward is not None:
-            job._link._forward.close()
+        close_forward(job)
     assert final["state"] == "succeeded", final.get("error")
     events = list(job.events(follow=False))
     groups = [e.data for e in events if e.kind == "group" and e.seq > before]
