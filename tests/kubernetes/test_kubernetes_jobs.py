@@ -212,6 +212,15 @@ def _pod_states(core, node_name: str) -> str:
     return "\n".join(lines)
 
 
+def _journal_tail(job, count: int = 25) -> str:
+    """The job's state and its journal's last events (but progress), for a failure: what
+    the master did while the node would not settle."""
+    events = [e for e in job.events(follow=False) if e.kind not in ("progress", "loss")]
+    lines = [f"job {job.status().get('state')}; the journal's last events:"]
+    lines += [f"  {e.seq} {e.kind} {json.dumps(e.data)[:300]}" for e in events[-count:]]
+    return "\n".join(lines)
+
+
 def _preemptor(core, node_name: str) -> dict:
     """A pod of the master's priority that fits on the node only if the scheduler
     preempts one worker: it requests the node's free CPU plus half a worker's. Size it
@@ -281,6 +290,7 @@ def test_deleted_preempted_and_oomkilled_workers_and_a_deleted_ps_lose_nothing(
     except TimeoutError:
         raise AssertionError(
             f"the node did not settle: {unsettled[0]}\n{_pod_states(core, real_node.name)}"
+            f"\n{_journal_tail(job)}"
         ) from None
     hit.clear()
     core.create_namespaced_pod(job_namespace, _preemptor(core, real_node.name))

@@ -113,3 +113,32 @@ def test_a_process_that_reached_the_wrong_server_fails_the_job_with_its_reason()
         assert f"The last lines of its log (job.logs('{role}', 0))" in failures[0]
         assert "relaunch" not in kinds(journal)  # a replacement would meet the same server
         assert launcher.launched.count((role, 0)) == 1
+
+
+def test_ending_a_worker_returns_at_once_and_a_refused_kill_is_tried_again(monkeypatch):
+    """A kill (an API call on Kubernetes) may hang or be refused on a busy cluster: the
+    caller, which holds the job's lock, does not wait for it, and a refusal neither
+    fails the job nor stops the tries."""
+    import threading
+
+    from elasticdl_nb.runtime.master import instances as module
+
+    monkeypatch.setattr(module, "KILL_RETRY_SECONDS", 0.01)
+    answered, refusals = threading.Event(), [RuntimeError("the API server timed out")] * 2
+
+    class Busy(Launcher):
+        def kill(self, role: str, instance_id: int, force: bool = False) -> None:
+            time.sleep(0.2)
+            if refusals:
+                raise refusals.pop()
+            self.killed.append((role, instance_id, force))
+            answered.set()
+
+    launcher, failures = Busy([]), []
+    launcher.killed = []
+    instances, _ = manager(launcher, failures)
+    started = time.monotonic()
+    instances.end_soon("worker", 0)
+    assert time.monotonic() - started < 0.1  # (each try takes 0.2 s)
+    assert answered.wait(5), "the kill was not tried again"
+    assert launcher.killed == [("worker", 0, True)] and not refusals and failures == []

@@ -23,7 +23,6 @@ once across a change:
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import defaultdict
 
@@ -126,7 +125,7 @@ class AllreduceGroup:
             self._job.release(worker)
             # Out of the group but maybe alive (it hung, or went silent): end it, so that
             # the master replaces it (a no-op for one that is gone already).
-            threading.Thread(target=self._job.end_worker, args=(worker,), daemon=True).start()
+            self._job.end_worker(worker)
 
     # ------------------------------------------------------------------ TrainingStrategy
 

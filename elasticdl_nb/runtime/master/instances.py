@@ -42,6 +42,8 @@ from elasticdl_nb.vocabulary import (
 
 log = logging.getLogger("elasticdl_nb.master")
 
+KILL_TRIES, KILL_RETRY_SECONDS = 5, 2.0  # `end_soon`: a busy API server's refusals
+
 # Makes the launcher that reports to the given sink (`MasterSite.launcher`, its
 # environment bound): the instance manager makes its launcher with its own `on_event`.
 LauncherFor = Callable[[EventSink], InstanceLauncher]
@@ -227,7 +229,24 @@ class InstanceManager:
             self.journal.append(
                 EventKind.INSTANCE, role=Role.WORKER, id=worker_id, kind=InstanceState.RETIRING
             )
-        timer = threading.Timer(30, self.launcher.kill, args=(Role.WORKER, worker_id, True))
+        self.end_soon(Role.WORKER, worker_id, after=30)
+
+    def end_soon(self, role: Role, instance_id: int, after: float = 0.0) -> None:
+        """Kill an instance (it is replaced like one that died), `after` seconds from now,
+        from a thread of its own: on Kubernetes a kill is an API call, which a busy API
+        server may take seconds to answer or refuse, and the callers hold the job's lock.
+        A kill that fails is tried again, then logged: it must not end the job."""
+
+        def kill() -> None:
+            for attempt in range(1, KILL_TRIES + 1):
+                try:
+                    self.launcher.kill(role, instance_id, True)
+                    return
+                except Exception as exc:  # noqa: BLE001 - said, and tried again
+                    log.warning("could not end %s %d (try %d): %s", role, instance_id, attempt, exc)
+                    time.sleep(KILL_RETRY_SECONDS)
+
+        timer = threading.Timer(after, kill)
         timer.daemon = True
         timer.start()
 

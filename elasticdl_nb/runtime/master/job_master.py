@@ -227,7 +227,8 @@ class JobMaster:
                 self.end(JobState.FAILED, message)
 
     def end_worker(self, worker_id: int) -> None:
-        self.instances.launcher.kill(Role.WORKER, worker_id, True)
+        """Kill a worker (it is replaced); returns at once, under the lock or not."""
+        self.instances.end_soon(Role.WORKER, worker_id)
 
     def wake(self) -> None:
         self.coordinator.wake()

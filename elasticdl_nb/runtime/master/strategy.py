@@ -44,7 +44,8 @@ class JobControl(Protocol):
         """End the job as failed with this message."""
 
     def end_worker(self, worker_id: int) -> None:
-        """Kill a worker process (it is replaced like any worker that died)."""
+        """Kill a worker process (it is replaced like any worker that died): from a
+        thread of its own, so it returns at once and a failed kill does not fail the job."""
 
     def wake(self) -> None:
         """The coordinator has something to decide."""
