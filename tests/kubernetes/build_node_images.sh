@@ -35,7 +35,7 @@ PAUSE_BIN="$K8S_ROOT/bin/pause"
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 SUITE=bookworm
 BASE_PACKAGES=python3,python3-venv,python3-pip,ca-certificates
-HOST_PACKAGES=(podman buildah runc containerd containernetworking-plugins debootstrap)
+HOST_PACKAGES=(podman buildah runc containerd containernetworking-plugins debootstrap dnsmasq-base)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo

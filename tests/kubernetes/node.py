@@ -55,9 +55,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.kubernetes import cluster_dns
 from tests.kubernetes.cluster import binaries_dir
 
 NODE_NAME = "real-node"
+REPO = Path(__file__).resolve().parents[2]
 MACHINE_LOCK = Path("/run/lock/elasticdl-nb-real-node.lock")
 MACHINE_LOCK_WAIT_SECONDS = 45 * 60  # another session's whole real-node test run
 NODE_IP = "10.245.0.1"  # on `lo`: the kubelet's and the API server's address
@@ -354,13 +356,18 @@ class RealNode:
         return self
 
     def _start_cluster_services(self) -> None:
-        """What the first node runs for the whole cluster: kube-scheduler, and kube-proxy
-        (one serves every node here: they share the host's network namespace). They act
-        as the admin, with a copy of its kubeconfig in the node's dir: every process of
-        the node names that dir on its command line, which is how `clean()` finds them
-        after a crash."""
+        """What the first node runs for the whole cluster: kube-scheduler, kube-proxy
+        (one serves every node here: they share the host's network namespace) and the
+        cluster DNS (cluster_dns.py). They act as the admin, with a copy of its
+        kubeconfig in the node's dir: every process of the node names that dir on its
+        command line, which is how `clean()` finds them after a crash."""
         admin = self.dir / "admin.kubeconfig"
         shutil.copy(self.cluster.admin_kubeconfig, admin)
+        records = self.dir / "dns"
+        records.mkdir()
+        self._spawn("dns-records", [], argv=cluster_dns.records_argv(records, admin),
+                    env={"PYTHONPATH": str(REPO)})  # fmt: skip
+        self._spawn("dnsmasq", [], argv=cluster_dns.dnsmasq_argv(records, POD_GATEWAY))
         self._spawn(
             "kube-scheduler",
             [
@@ -477,7 +484,7 @@ class RealNode:
         if self._import is not None and self._import.poll() is None:
             self._import.kill()
             self._import.wait()
-        for name in ("kubelet", "kube-proxy", "kube-scheduler"):
+        for name in ("kubelet", "kube-proxy", "kube-scheduler", "dns-records", "dnsmasq"):
             step(f"stop {name}", self._stop_process, name)
         step("kill what names the node's dir", self._kill_naming, "kubelet", "kube-")
         step("kill the containers", self._kill_cgroup_processes)
@@ -623,11 +630,15 @@ class RealNode:
     def socket(self) -> Path:
         return self.dir / "containerd" / "containerd.sock"
 
-    def _spawn(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, args: list[str], env: dict | None = None, argv: list[str] | None = None
+    ) -> subprocess.Popen:
+        """Start program `name` (of the cluster binaries, or `argv` whole), its output
+        in the node's log `name`.log."""
         exe = name if name == "containerd" else str(self.bin_dir / name)
         log = open(self.logs / f"{name}.log", "wb")
         proc = subprocess.Popen(
-            self._command(name, [exe, *args]),
+            self._command(name, argv or [exe, *args]),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -768,6 +779,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 "--healthz-port=0",
                 "--read-only-port=0",
                 f"--resolv-conf={self.dir / 'resolv.conf'}",
+                # Every node's pods ask the first node's dnsmasq (cluster_dns.py).
+                f"--cluster-dns={POD_GATEWAY}",
+                f"--cluster-domain={cluster_dns.CLUSTER_DOMAIN}",
                 "--image-gc-high-threshold=100",
                 "--image-gc-low-threshold=99",
                 "--eviction-hard=memory.available<1Mi,nodefs.available<1%,"

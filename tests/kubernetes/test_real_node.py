@@ -189,3 +189,138 @@ def test_port_forward_through_the_api_server_reaches_a_pod_port_for_the_user_rol
     sock.close()
     print(f"port-forward reply in {time.monotonic() - t0:.1f} s")
     assert reply.startswith(b"HTTP/1.0 200"), f"{reply[:300]!r}"
+
+
+RESOLVER = textwrap.dedent(
+    """
+    import os, socket, sys, time, urllib.request
+    print(open("/etc/resolv.conf").read().replace("\\n", " | "))
+    name = "web.%s.svc" % os.environ["NS"]
+    def lookup(host):
+        t0 = time.monotonic()
+        try:
+            return socket.gethostbyname(host), time.monotonic() - t0
+        except OSError as exc:
+            return type(exc).__name__, time.monotonic() - t0
+    print("short", *lookup(name))
+    print("full", *lookup(name + ".cluster.local"))
+    print("unknown", *lookup("nothing.%s.svc" % os.environ["NS"]))
+    with urllib.request.urlopen("http://%s/hostname" % name, timeout=10) as r:
+        print("by-name", r.status)
+    while lookup(name)[0][0].isdigit():  # until the deleted Service's record is gone
+        time.sleep(0.2)
+    print("gone", *lookup(name))
+    """
+)
+
+
+def test_pods_resolve_a_service_by_its_name_through_the_cluster_dns(
+    real_node, real_admin, real_namespace
+):
+    """dnsmasq and the records of every Service (cluster_dns.py): `NAME.NS.svc` and the
+    full name answer with the Service's cluster IP, an unknown name fails at once (the
+    server is the authority for cluster.local), and a deleted Service's name goes."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(real_admin)
+    cluster_ip = _serve(core, real_node, real_namespace)
+    core.create_namespaced_pod(
+        real_namespace,
+        pod_manifest(
+            "resolver",
+            ["python3", "-c", RESOLVER],
+            container={"env": [{"name": "NS", "value": real_namespace}]},
+        ),
+    )
+
+    def said(prefix: str) -> list[str]:
+        try:
+            log = core.read_namespaced_pod_log("resolver", real_namespace) or ""
+        except client.ApiException:  # (no container yet)
+            return []
+        return next((line.split()[1:] for line in log.splitlines() if line.startswith(prefix)), [])
+
+    wait_for(lambda: said("by-name"), 90, "the resolver's lookups")
+    log = core.read_namespaced_pod_log("resolver", real_namespace)
+    assert f"search {real_namespace}.svc.cluster.local" in log, log
+    assert said("short")[0] == cluster_ip and said("full")[0] == cluster_ip, log
+    unknown, seconds = said("unknown")
+    assert unknown == "gaierror" and float(seconds) < 1.0, log  # NXDOMAIN, not a timeout
+    assert said("by-name") == ["200"], log
+    # (not parsed: this client's models refuse the 1.20 API server's reply to it)
+    core.delete_namespaced_service("web", real_namespace, _preload_content=False)
+    pod = wait_phase(core, real_node, real_namespace, "resolver", ("Succeeded", "Failed"), 30)
+    assert pod.status.phase == "Succeeded" and said("gone")[0] == "gaierror", log
+
+
+ROUTE = textwrap.dedent(
+    """
+    import os, time, urllib.request
+    from pathlib import Path
+    from elasticdl_nb.backends.job_records import JobRecord
+    from elasticdl_nb.backends.kubernetes.master_link import KubernetesMasterLink
+    where = {"namespace": os.environ["NS"], "master_address": os.environ["CLUSTER_IP"]}
+    link = KubernetesMasterLink(JobRecord("probe", Path("/tmp"), "-", 0.0, "kubernetes", where))
+    t0 = time.monotonic()
+    route = link.route()
+    print("route", route, round(time.monotonic() - t0, 2), flush=True)
+    for _ in range(60):  # (kube-proxy may not have the Service's rules yet)
+        try:
+            with urllib.request.urlopen("http://%s/hostname" % route, timeout=10) as r:
+                print("reached", r.status)
+                break
+        except OSError as exc:
+            print("not yet:", exc, flush=True)
+            time.sleep(0.5)
+    """
+)
+
+
+@pytest.mark.parametrize("dns", ["answers", "is dead"])
+def test_a_notebook_in_a_pod_reaches_the_master_by_name_or_else_by_cluster_ip(
+    real_node, real_admin, real_namespace, dns
+):
+    """The client's route to a job's master from inside a pod (master_link.route): the
+    Service's DNS name where the cluster's DNS answers; where it does not (here a pod
+    whose resolver is an address nobody serves), the Service's cluster IP, within the
+    lookup's bound, rather than every call failing on the name."""
+    from kubernetes import client
+
+    from elasticdl_nb.backends.kubernetes import manifests as m
+    from elasticdl_nb.backends.kubernetes.master_link import DNS_SECONDS
+
+    core = client.CoreV1Api(real_admin)
+    _serve(core, real_node, real_namespace)
+    core.create_namespaced_service(  # as a job's master's Service would be named
+        real_namespace,
+        {
+            "metadata": {"name": m.master_name("probe")},
+            "spec": {
+                "selector": {"app": "web"},
+                "ports": [{"port": m.MASTER_PORT, "targetPort": 8080}],
+            },
+        },
+    )
+    service = core.read_namespaced_service(m.master_name("probe"), real_namespace)
+    cluster_ip = f"{service.spec.cluster_ip}:{m.MASTER_PORT}"
+    resolver = {}
+    if dns == "is dead":
+        resolver = {
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": ["10.244.0.254"], "searches": ["svc.cluster.local"]},
+        }
+    env = [{"name": "NS", "value": real_namespace}, {"name": "CLUSTER_IP", "value": cluster_ip}]
+    core.create_namespaced_pod(
+        real_namespace,
+        pod_manifest("router", ["python3", "-c", ROUTE], container={"env": env}, **resolver),
+    )
+    pod = wait_phase(core, real_node, real_namespace, "router", ("Succeeded", "Failed"), 90)
+    log = core.read_namespaced_pod_log("router", real_namespace)
+    assert pod.status.phase == "Succeeded", log
+    _, route, seconds = next(line for line in log.splitlines() if line.startswith("route")).split()
+    if dns == "answers":
+        assert route == f"{m.master_name('probe')}.{real_namespace}.svc:{m.MASTER_PORT}", log
+    else:
+        assert route == cluster_ip, log
+    assert float(seconds) <= DNS_SECONDS + 0.5, log
+    assert "reached 200" in log, log

@@ -1,23 +1,26 @@
 """How the notebook reaches a Kubernetes job's master.
 
-The master runs in the pod of the job's Job; that pod may be replaced (deleted, evicted),
-and a replacement has another name, so the master's pod is found by its labels: the
-newest one not being deleted. Whether the master runs is that pod's phase and readiness.
-Where it is reached: inside the cluster, at its Service's DNS name; outside, at the
-Service's cluster IP if this machine routes the service range (a node, a local test
-cluster), else through a port-forward via the API server to whichever pod is the master
-when a connection opens. The Service selects the master by labels, so its address stays.
-Whether the master runs at all, has ended, is lost or is still starting is `job_state`'s
-reading of the master's Job, its pod and the job's files (where the notebook sees the
-shared volume; where it does not, the final state comes from the master pod's
-termination message): the master is asked only while that says it runs, so an ended job
-answers from what its end left, at once.
+The master runs in the pod of the job's Job; that pod may be replaced (deleted,
+evicted), and a replacement has another name, so the master's pod is found by its
+labels: the newest one not being deleted. Whether the master runs is that pod's phase
+and readiness. Where it is reached: inside the cluster, at its Service's DNS name (or,
+where the cluster's DNS does not answer for it within `DNS_SECONDS`, at the Service's
+cluster IP, which every pod routes); outside, at the Service's cluster IP if this
+machine routes the service range (a node, a local test cluster), else through a
+port-forward via the API server to whichever pod is the master when a connection opens.
+The Service selects the master by labels, so its address stays. Whether the master runs
+at all, has ended, is lost or is still starting is `job_state`'s reading of the master's
+Job, its pod and the job's files (where the notebook sees the shared volume; where it
+does not, the final state comes from the master pod's termination message): the master
+is asked only while that says it runs, so an ended job answers from what its end left,
+at once.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from elasticdl_nb.backends.kubernetes.job_state import Reading, current_pod, job
 from elasticdl_nb.vocabulary import JobState
 
 POD_CACHE_SECONDS = 0.5  # status polls come often; the API server need not see each
+DNS_SECONDS = 2.0  # a pod's resolver that has not answered by then is not going to
 
 
 class KubernetesMasterLink:
@@ -119,7 +123,9 @@ class KubernetesMasterLink:
             name = m.master_name(self.record.name)
             cluster_ip = self.record.where["master_address"]
             if os.environ.get("KUBERNETES_SERVICE_HOST"):  # we run in a pod
-                self._route = f"{name}.{self.namespace}.svc:{m.MASTER_PORT}"
+                host = f"{name}.{self.namespace}.svc"
+                resolved = _resolves(host, DNS_SECONDS)
+                self._route = f"{host}:{m.MASTER_PORT}" if resolved else cluster_ip
             elif _reachable(cluster_ip):
                 self._route = cluster_ip
             else:
@@ -233,6 +239,29 @@ def current_master_pod(api, name: str, namespace: str) -> dict | None:
         label_selector=m.master_selector(name),
     )
     return current_pod(pods.get("items", []))
+
+
+def _resolves(host: str, timeout: float) -> bool:
+    """Whether the resolver answers for `host` within `timeout` seconds. The name is the
+    better route (it follows the Service if it is recreated), but a cluster without DNS,
+    or with DNS that does not serve this pod (a dnsPolicy of its own, a resolver down),
+    would leave every call to fail with "DNS resolution failed" after its retries: the
+    Service's cluster IP serves then. The lookup runs in a thread of its own, as
+    getaddrinfo has no timeout of its own (a resolver that does not answer takes
+    resolv.conf's attempts × timeout, 10 s by default)."""
+    answer: list[bool] = []
+
+    def lookup() -> None:
+        try:
+            socket.getaddrinfo(host, None)
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    thread = threading.Thread(target=lookup, name="resolve-master", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answer and answer[0])
 
 
 def _reachable(address: str, timeout: float = 1.0) -> bool:
