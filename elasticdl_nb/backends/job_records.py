@@ -9,6 +9,7 @@ backend runs); the rest of the directory's layout is `runtime.job_dir.JobDir`.
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -124,9 +125,49 @@ class JobExists(ElasticDLError, ValueError):
     """A job of that name is known here already."""
 
 
+class JobNotYours(ElasticDLError, PermissionError):
+    """The job (or the jobs root) belongs to another user: its files are owner-only."""
+
+
+def not_yours(path: Path) -> JobNotYours:
+    """Why `path` (a job directory, or the jobs root) cannot be read from this account.
+    Said in one paragraph rather than as the PermissionError from deep inside a read: on
+    a machine shared by several users (a JupyterHub without Kubernetes runs every
+    notebook server as its user), `ELASTICDL_NB_HOME` or a job name may lead to another
+    user's jobs, and their files (the token first) are their owner's only."""
+    whose = "it belongs to another user"
+    # The nearest of it and the directories above it that can be looked at (a job
+    # directory in another user's jobs root cannot even be stat'ed).
+    for holder in (path, *path.parents):
+        try:
+            owner = holder.stat().st_uid
+        except OSError:
+            continue
+        if owner != os.getuid():
+            where = "it" if holder == path else f"{holder}, which holds it,"
+            whose = f"{where} belongs to user {_user_name(owner)}"
+        break
+    return JobNotYours(
+        f"Cannot open {path}: {whose}, and a job's files are readable by "
+        f"the account that started it only (this is {_user_name(os.getuid())}). Open "
+        f"the job from that account; {HOME_ENV} (here {home()}) must point at your own "
+        "job home."
+    )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name!r} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
 def create_job(name: str, backend: str = "local") -> JobRecord:
     root = jobs_root()
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except PermissionError:
+        raise not_yours(root) from None
     job_dir = root / name
     try:
         job_dir.mkdir(mode=0o700)
@@ -135,6 +176,8 @@ def create_job(name: str, backend: str = "local") -> JobRecord:
             f"A job named {name!r} already exists ({job_dir}). Choose another "
             "name, or attach to it with elasticdl_nb.attach(name)."
         ) from None
+    except PermissionError:
+        raise not_yours(root) from None
     record = JobRecord(name, job_dir, secrets.token_urlsafe(32), time.time(), backend)
     save_record(record)
     return record
@@ -154,7 +197,12 @@ def save_record(record: JobRecord) -> None:
 
 
 def find_job(name: str) -> JobRecord | None:
-    info = read_json(JobDir(jobs_root() / name).record)
+    """The job's record, None if there is no such job; `JobNotYours` if there is one
+    this account may not read."""
+    try:
+        info = read_json(JobDir(jobs_root() / name).record)
+    except PermissionError:
+        raise not_yours(jobs_root() / name) from None
     if info is None:
         return None
     return JobRecord(
@@ -168,8 +216,20 @@ def find_job(name: str) -> JobRecord | None:
 
 
 def all_jobs() -> list[JobRecord]:
+    """This account's jobs, oldest first; `JobNotYours` if the jobs root is another
+    user's. A job directory in it that this account may not read is left out: listing
+    shows only the jobs one may open."""
     root = jobs_root()
-    if not root.exists():
-        return []
-    records = [find_job(p.name) for p in root.iterdir() if p.is_dir()]
+    try:
+        if not root.exists():
+            return []
+        entries = [p for p in root.iterdir() if p.is_dir()]
+    except PermissionError:
+        raise not_yours(root) from None
+    records = []
+    for entry in entries:
+        try:
+            records.append(find_job(entry.name))
+        except JobNotYours:
+            continue
     return sorted((r for r in records if r), key=lambda r: r.created)

@@ -23,6 +23,7 @@ from elasticdl_nb.runtime.process_env import TLS_DIR_ENV
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 
 MASTER_START_TIMEOUT = 60.0
+JOB_TMP = "tmp"  # the job's processes' TMPDIR, in the job directory
 
 
 class LaunchError(ElasticDLError, RuntimeError):
@@ -37,6 +38,13 @@ def start_master(record: JobRecord) -> dict:
     env = dict(os.environ)
     env[TOKEN_ENV] = record.token
     env.pop(TLS_DIR_ENV, None)  # (a notebook that is itself a job's process: not its TLS)
+    # Temporary files in the job directory (owner-only), not the machine's shared /tmp:
+    # TensorFlow's autograph writes each converted function's source there (the model's
+    # code) and Python then makes /tmp/__pycache__ for it, which the first user to do
+    # so owns. Nothing of a job is left in a place that other users share.
+    private_tmp = record.dir / JOB_TMP
+    private_tmp.mkdir(mode=0o700, exist_ok=True)
+    env["TMPDIR"] = str(private_tmp)
     if record.tls is not None:  # the job has TLS: every process reads its files there
         env[TLS_DIR_ENV] = str(record.files.tls)
     # The supervisor forks the master, workers and PS; gRPC's fork handlers, were any
