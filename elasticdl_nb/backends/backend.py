@@ -76,6 +76,11 @@ class Backend(ABC):
         Returns once the master is on its way; raises (having left nothing running) if
         it cannot start."""
 
+    def complete(self, spec: JobSpec) -> None:
+        """Fill in the options whose defaults depend on where the notebook runs, before
+        the spec is checked and written (nothing by default)."""
+        del spec
+
     def dry_run(self, spec: JobSpec, record: JobRecord) -> str:
         """What the job would create, as text, without starting anything."""
         del record

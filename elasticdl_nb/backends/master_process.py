@@ -18,13 +18,17 @@ import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from elasticdl_nb.backends import get_backend  # noqa: E402
+from elasticdl_nb.runtime.job_dir import JobDir  # noqa: E402
 from elasticdl_nb.runtime.logs import setup_logging  # noqa: E402
 from elasticdl_nb.runtime.master.serve import serve  # noqa: E402
 
 
 def _copy_job_files(source: Path, job_dir: Path) -> None:
-    """The job's files from a mounted ConfigMap into the job directory. A ConfigMap volume
-    holds its files behind `..data` symlinks; those hidden entries are not copied."""
+    """The job's files from a mounted ConfigMap into the job directory (on the shared
+    volume). A ConfigMap volume holds its files behind `..data` symlinks; those hidden
+    entries are not copied. A job whose pods run as its user's own uid (`run_as`: a
+    notebook in the cluster) keeps its directory to that user, as a local job's is: on
+    a volume shared between users, no one else reads its checkpoints, journal or model."""
     job_dir.mkdir(parents=True, exist_ok=True)
     for entry in source.iterdir():
         if entry.name.startswith(".."):
@@ -33,6 +37,8 @@ def _copy_job_files(source: Path, job_dir: Path) -> None:
             shutil.copytree(entry, job_dir / entry.name, dirs_exist_ok=True)
         else:
             shutil.copyfile(entry, job_dir / entry.name)
+    if JobDir(job_dir).read_spec().run_as:
+        job_dir.chmod(0o700)
 
 
 def main() -> None:

@@ -154,7 +154,9 @@ def _job_spec(model: Any, data: Any, validation_data: Any, options: dict) -> Job
 
 
 def _backend(spec: JobSpec, dry_run: bool) -> Backend:
+    """The job's backend, once it has completed the spec (`Backend.complete`)."""
     backend = get_backend(spec.backend)
+    backend.complete(spec)
     if dry_run and not backend.can_dry_run:
         able = [n for n in backend_names() if get_backend(n).can_dry_run]
         raise SpecError(

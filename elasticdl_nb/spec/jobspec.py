@@ -209,6 +209,12 @@ class JobSpec:
     image_pull_policy: str = _opt(
         "IfNotPresent", "When pods pull the image.", choices=("Always", "IfNotPresent", "Never")
     )
+    run_as: str = _opt(
+        "",
+        "UID:GID the job's pods run as. Default: the image's user (1000:1000); from a "
+        "notebook that itself runs in a pod, the notebook's own uid and gid, so that a "
+        "job's directory on a volume shared between users is its user's only.",
+    )
     service_account: str = _opt(
         "elasticdl-nb-master",
         "Service account of the master pod, which creates the others (deploy/rbac.yaml).",

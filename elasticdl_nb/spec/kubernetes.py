@@ -73,6 +73,17 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return env
 
 
+def parse_run_as(text: str) -> tuple[int, int]:
+    """'1001:100' -> (1001, 100); SpecError for anything else."""
+    uid, sep, gid = text.partition(":")
+    if not (sep and uid.isdigit() and gid.isdigit()):
+        raise SpecError(
+            f"Option 'run_as': {text!r} is not UID:GID (two numbers, e.g. 1001:1001): the "
+            "user and group the job's pods run as."
+        )
+    return int(uid), int(gid)
+
+
 def check_kubernetes_options(spec) -> None:
     """Everything the Kubernetes options must satisfy, whichever backend is chosen (their
     defaults do), so a typo is found before the job is moved to a cluster."""
@@ -84,6 +95,13 @@ def check_kubernetes_options(spec) -> None:
             quantity_bytes(spec.max_memory)
         except SpecError as exc:
             raise SpecError(f"Option 'max_memory': {exc}") from None
+    if spec.run_as:
+        uid, _ = parse_run_as(spec.run_as)
+        if uid == 0:
+            raise SpecError(
+                "Option 'run_as': '0:...' is root. A job's pods need no privileges: give "
+                "the uid:gid of a plain user (the image's own is 1000:1000)."
+            )
     if spec.shared_volume and not _VOLUME.match(spec.shared_volume):
         raise SpecError(
             f"Option 'shared_volume': {spec.shared_volume!r} is neither 'pvc:CLAIM' nor "

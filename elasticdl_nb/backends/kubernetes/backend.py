@@ -3,6 +3,7 @@ docstring for how the pieces fit)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from elasticdl_nb.backends.backend import Backend, FoundJob, MasterLink
@@ -18,6 +19,14 @@ class KubernetesBackend(Backend):
         from elasticdl_nb.backends.kubernetes.submit import start_job
 
         start_job(spec, record)
+
+    def complete(self, spec: JobSpec) -> None:
+        """A notebook in a pod (JupyterHub, Kubeflow) runs as its user's uid: the job's
+        pods run as that uid and gid too, so that the job's directory on the shared
+        volume, which its master makes owner-only then, is that user's alone."""
+        in_a_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        if not spec.run_as and in_a_pod and os.getuid() != 0:
+            spec.run_as = f"{os.getuid()}:{os.getgid()}"
 
     def dry_run(self, spec: JobSpec, record: JobRecord) -> str:
         from elasticdl_nb.backends.kubernetes.dry_run import dry_run_yaml

@@ -34,7 +34,7 @@ from elasticdl_nb.runtime.process_env import (
 from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 from elasticdl_nb.spec import JobSpec
-from elasticdl_nb.spec.kubernetes import parse_env, parse_resources
+from elasticdl_nb.spec.kubernetes import parse_env, parse_resources, parse_run_as
 
 APP = "elasticdl-nb"
 LABEL_JOB, LABEL_ROLE, LABEL_INDEX = "elasticdl-nb/job", "elasticdl-nb/role", "elasticdl-nb/index"
@@ -362,9 +362,7 @@ def _pod(
         "restartPolicy": "Never",  # the master decides about relaunches, not the kubelet
         "containers": [container],
         "volumes": [_job_volume(spec), _tls_volume(name, _identity(role, index))],
-        # The image runs as user 1000 (deploy/Dockerfile); a shared volume's files become
-        # writable for it through this group.
-        "securityContext": {"fsGroup": RUNTIME_GID},
+        "securityContext": _security_context(spec),
     }
     if role != "master":
         pod_spec["automountServiceAccountToken"] = False  # only the master talks to the API
@@ -378,6 +376,16 @@ def _pod(
         "metadata": _meta(spec, name, obj_name, owner, role=role, index=index),
         "spec": pod_spec,
     }
+
+
+def _security_context(spec: JobSpec) -> dict[str, Any]:
+    """Who the pod's processes are: the image's user 1000 (deploy/Dockerfile), or
+    `run_as`'s uid and gid (a notebook's own, in a cluster). A shared volume's files, and
+    the TLS files (mode 0440), are readable and writable for them through the group."""
+    if not spec.run_as:
+        return {"fsGroup": RUNTIME_GID}
+    uid, gid = parse_run_as(spec.run_as)
+    return {"runAsUser": uid, "runAsGroup": gid, "runAsNonRoot": True, "fsGroup": gid}
 
 
 def _identity(role: str, index: int | None) -> str:
