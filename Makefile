@@ -102,9 +102,10 @@ test-cluster:
 
 # The real test node's binaries and images (part of `test`): kubelet,
 # kube-scheduler, kube-proxy and the static pause binary from the same source as
-# test-cluster, then podman builds of the base (debootstrap), pause and job
-# (deploy/Dockerfile, our wheel) images, exported for containerd. All cached outside the
-# repo, keyed by content: a warm run takes about a second.
+# test-cluster, then podman builds of the base (debootstrap), pause, job
+# (deploy/Dockerfile, our wheel) and notebook (deploy/notebook.Dockerfile) images,
+# exported for containerd. All cached outside the repo, keyed by content: a warm run
+# takes about a second.
 .PHONY: test-node
 test-node: $(LABEXT_STAMP)
 	bash tests/kubernetes/build_node.sh

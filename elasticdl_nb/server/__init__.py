@@ -15,7 +15,8 @@ notebook would.
 Every route takes `?namespace=NS`: the list then also holds the Kubernetes jobs there
 that other notebooks started (`"remote": true`), and a per-job route finds such a job by
 its labels (the server's kubeconfig: $KUBECONFIG or ~/.kube/config). Errors are
-`{"message": ...}` with the SDK's words: no such job or log 404, a bad request 400, a
+`{"message": ...}` with the SDK's words: no such job or log 404, not this account's (a
+namespace the cluster refuses it, another user's job home) 403, a bad request 400, a
 scale of a job that is not running 409.
 
 Enabled on install (jupyter-config/ in the wheel); every handler requires Jupyter's

@@ -22,11 +22,14 @@ T = TypeVar("T")
 
 
 def http_error(exc: BaseException, invalid: int = 400) -> web.HTTPError | None:
-    """The answer to an SDK error: no such job or file 404, a bad value `invalid` (400,
-    or 409 where it means the job's state forbids the call), any other user error 400;
-    None for an error that is ours. The message is the SDK's own words."""
+    """The answer to an SDK error: no such job or file 404, not this account's to see 403
+    (another user's job home, a namespace the cluster refuses it), a bad value `invalid`
+    (400, or 409 where it means the job's state forbids the call), any other user error
+    400; None for an error that is ours. The message is the SDK's own words."""
     if isinstance(exc, LookupError | FileNotFoundError):
         return web.HTTPError(404, "%s", exc)
+    if isinstance(exc, PermissionError) and isinstance(exc, ElasticDLError):
+        return web.HTTPError(403, "%s", exc)
     if isinstance(exc, ValueError):
         return web.HTTPError(invalid, "%s", exc)
     if isinstance(exc, ElasticDLError):

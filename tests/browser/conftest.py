@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -19,9 +18,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.browser.chromium import chromium, run_all_cells
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -33,29 +32,8 @@ class Lab:
         return f"{self.url}/{path}?token={self.token}"
 
     def run_all_cells(self, page) -> None:
-        """Wait for the open notebook's kernel, then Run ▸ Run All Cells, as a user would."""
-        page.wait_for_selector(".jp-Notebook", timeout=60_000)
-        kernel_choice = page.locator(".jp-Dialog .jp-mod-accept")
-        idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-        # The first kernel of a fresh environment can take minutes to start (seen in CI):
-        # Run All before it is idle runs nothing at all, so wait, and say so if it never is.
-        deadline = time.monotonic() + 240
-        while not idle.count():
-            assert time.monotonic() < deadline, "the notebook's kernel never became idle"
-            if kernel_choice.count():  # "Select Kernel": take the default, Python 3
-                kernel_choice.click()
-            time.sleep(0.2)
-        started = page.locator(".jp-CodeCell .jp-InputPrompt", has_text=re.compile(r"\[[*0-9]"))
-        for _ in range(3):  # a Run All that the kernel missed is given again
-            page.locator(".jp-Notebook .jp-Cell").first.click()
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            try:
-                started.first.wait_for(timeout=30_000)
-                return
-            except PlaywrightTimeout:
-                continue
-        raise AssertionError("Run All Cells did not start the notebook's first cell")
+        """Wait for the open notebook's kernel, then Run ▸ Run All Cells."""
+        run_all_cells(page)
 
 
 @pytest.fixture(scope="session")
@@ -119,24 +97,7 @@ def lab(tmp_path_factory):
                 edl.attach(job["name"]).stop()
 
 
-# Playwright's sync API runs its event loop in this thread for as long as it is started,
-# and any asyncio code then finds that loop running: so it is started per module, not
-# per session, and has stopped before other tests (tests/server's Jupyter server) run.
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs it (apt-get install chromium).")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update",
-                "--no-first-run", "--disable-sync",
-            ],
-        )  # fmt: skip
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched

@@ -13,24 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.chromium import DASHBOARD, OUTPUT_SAYS, RECORD_PROGRESS
+
 pytestmark = pytest.mark.slow
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-DASHBOARD = ".jp-OutputArea-output:has(.edl-progress)"
 MINUTE = 60_000  # Playwright timeouts are in milliseconds
-
-
-# Records every value the progress bar shows, as the page applies it: a busy machine may
-# paint the page rarely while a short job runs, but each update still changes the DOM.
-RECORD_PROGRESS = f"""() => {{
-    window.edlProgress = [];
-    new MutationObserver(() => {{
-        const bar = document.querySelector("{DASHBOARD} .edl-progress");
-        const v = bar && parseFloat(bar.getAttribute("aria-valuenow"));
-        const seen = window.edlProgress;
-        if (bar && seen[seen.length - 1] !== v) seen.push(v);
-    }}).observe(document.body, {{subtree: true, childList: true, attributes: true}});
-}}"""
 
 
 def _progress(page) -> float:
@@ -71,9 +59,7 @@ def test_quickstart_shows_a_live_dashboard_in_jupyterlab(lab, browser, tmp_path,
     assert running, f"the progress bar showed only {shown}: no live update while the job ran"
 
     # The notebook runs to its end: the last cells print the accuracy and list the job.
-    page.wait_for_function(
-        "() => document.body.innerText.includes('test accuracy:')", timeout=5 * MINUTE
-    )
+    page.wait_for_function(OUTPUT_SAYS, arg="test accuracy:", timeout=5 * MINUTE)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=MINUTE)
     dashboard = page.locator(DASHBOARD).first
     assert "succeeded" in dashboard.inner_text()

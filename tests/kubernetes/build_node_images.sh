@@ -5,7 +5,10 @@
 #          here), with python3, python3-venv, python3-pip and ca-certificates;
 #   pause  the pod sandbox's image: FROM scratch + the static pause binary of
 #          build_node.sh (run that first; `make test-node` does);
-#   job    deploy/Dockerfile built FROM base, installing our wheel into a venv.
+#   job    deploy/Dockerfile built FROM base, installing our wheel into a venv;
+#   notebook  deploy/notebook.Dockerfile built FROM job: JupyterLab for a notebook pod
+#          (deploy/notebook.yaml). Its archive holds every layer of job's too: the tests
+#          that need it import it into the node themselves (node.py: `ensure_image`).
 #
 # Also installs, with apt-get and only when missing, what the node needs: podman,
 # buildah, runc, containerd, containernetworking-plugins, debootstrap.
@@ -13,7 +16,8 @@
 # Cached under $ELASTICDL_NB_CACHE/node-images (default ~/.cache/elasticdl-nb), keyed by
 # content: base by its debootstrap recipe, pause by pause.c, job by deploy/Dockerfile,
 # the base's key and the files the wheel is built from (hatchling's selection: the
-# package, the built JupyterLab extension, jupyter-config/, pyproject.toml, README.md).
+# package, the built JupyterLab extension, jupyter-config/, pyproject.toml, README.md),
+# notebook by the job's key and deploy/notebook.Dockerfile.
 # A warm run hashes those and returns in about a second. A stale job archive is deleted
 # when a new one is written (each is ~1 GB). `images.env` in the cache names the current
 # images and archives, for the tests.
@@ -87,6 +91,7 @@ wheel_inputs() {
     done
 }
 JOB_KEY="$( (echo "v1 base=$BASE_KEY"; cat "$REPO/deploy/Dockerfile"; wheel_inputs) | sha)"
+NOTEBOOK_KEY="$( (echo "v1 job=$JOB_KEY"; cat "$REPO/deploy/notebook.Dockerfile") | sha)"
 
 BASE_IMAGE="localhost/elasticdl-nb-base:$BASE_KEY"
 PAUSE_IMAGE="localhost/pause:3.4-$PAUSE_KEY"
@@ -95,6 +100,9 @@ BASE_ARCHIVE="$OUT/base-$BASE_KEY.tar"
 PAUSE_ARCHIVE="$OUT/pause-$PAUSE_KEY.tar"
 JOB_ARCHIVE="$OUT/job-$JOB_KEY.tar"
 JOB_SIZE_FILE="$OUT/job-$JOB_KEY.size"
+NOTEBOOK_IMAGE="localhost/elasticdl-nb-notebook:$NOTEBOOK_KEY"
+NOTEBOOK_ARCHIVE="$OUT/notebook-$NOTEBOOK_KEY.tar"
+NOTEBOOK_SIZE_FILE="$OUT/notebook-$NOTEBOOK_KEY.size"
 
 write_env() {
     cat >"$OUT/images.env.tmp" <<EOF
@@ -106,6 +114,9 @@ PAUSE_ARCHIVE=$PAUSE_ARCHIVE
 JOB_IMAGE=$JOB_IMAGE
 JOB_ARCHIVE=$JOB_ARCHIVE
 JOB_IMAGE_SIZE=$(cat "$JOB_SIZE_FILE")
+NOTEBOOK_IMAGE=$NOTEBOOK_IMAGE
+NOTEBOOK_ARCHIVE=$NOTEBOOK_ARCHIVE
+NOTEBOOK_IMAGE_SIZE=$(cat "$NOTEBOOK_SIZE_FILE")
 EOF
     mv "$OUT/images.env.tmp" "$OUT/images.env"
 }
@@ -114,11 +125,16 @@ report() {
     size="$(cat "$JOB_SIZE_FILE")"
     echo "job image $JOB_IMAGE: $((size / 1024 / 1024)) MiB unpacked," \
         "archive $(($(stat -c %s "$JOB_ARCHIVE") / 1024 / 1024)) MiB ($JOB_ARCHIVE)"
+    local notebook
+    notebook="$(cat "$NOTEBOOK_SIZE_FILE")"
+    echo "notebook image $NOTEBOOK_IMAGE: $((notebook / 1024 / 1024)) MiB unpacked," \
+        "$(((notebook - size) / 1024 / 1024)) MiB more than the job image's layers"
     echo "pause image $PAUSE_IMAGE ($PAUSE_ARCHIVE)"
     echo "images listed in $OUT/images.env"
 }
 
-if [ -f "$BASE_ARCHIVE" ] && [ -f "$PAUSE_ARCHIVE" ] && [ -f "$JOB_ARCHIVE" ] && [ -f "$JOB_SIZE_FILE" ]; then
+if [ -f "$BASE_ARCHIVE" ] && [ -f "$PAUSE_ARCHIVE" ] && [ -f "$JOB_ARCHIVE" ] && [ -f "$JOB_SIZE_FILE" ] \
+    && [ -f "$NOTEBOOK_ARCHIVE" ] && [ -f "$NOTEBOOK_SIZE_FILE" ]; then
     write_env
     report
     exit 0
@@ -215,17 +231,21 @@ if [ ! -f "$PAUSE_ARCHIVE" ]; then
 fi
 
 # --- job: our wheel, then deploy/Dockerfile FROM base --------------------------------
-if [ ! -f "$JOB_ARCHIVE" ] || [ ! -f "$JOB_SIZE_FILE" ]; then
-    PY=python3
-    [ -x "$REPO/.venv/bin/python" ] && PY="$REPO/.venv/bin/python"
-    ctx="$WORK/job"
+ctx="$WORK/job"  # the wheel, for both images
+wheel() {
+    [ -d "$ctx/dist" ] && return
+    local py=python3
+    [ -x "$REPO/.venv/bin/python" ] && py="$REPO/.venv/bin/python"
     step "wheel of $REPO"
     # The extension is built (checked above), so hatch-jupyter-builder skips npm.
-    "$PY" -m pip wheel -q --no-deps -w "$ctx/dist" "$REPO" >"$WORK/wheel.log" 2>&1 || {
+    "$py" -m pip wheel -q --no-deps -w "$ctx/dist" "$REPO" >"$WORK/wheel.log" 2>&1 || {
         cat "$WORK/wheel.log" >&2
         exit 1
     }
     ls "$ctx/dist"
+}
+if [ ! -f "$JOB_ARCHIVE" ] || [ ! -f "$JOB_SIZE_FILE" ]; then
+    wheel
     ensure_loaded "$BASE_IMAGE" "$BASE_ARCHIVE"
     step "podman build $JOB_IMAGE from deploy/Dockerfile (cold: pip installs TensorFlow, ~3 min)"
     podman build --network=host -v "$CA_BUNDLE:$CA_BUNDLE:ro" \
@@ -240,15 +260,35 @@ if [ ! -f "$JOB_ARCHIVE" ] || [ ! -f "$JOB_SIZE_FILE" ]; then
     save "$JOB_IMAGE" "$JOB_ARCHIVE"
 fi
 
+# --- notebook: deploy/notebook.Dockerfile FROM job ----------------------------------
+if [ ! -f "$NOTEBOOK_ARCHIVE" ] || [ ! -f "$NOTEBOOK_SIZE_FILE" ]; then
+    wheel
+    ensure_loaded "$JOB_IMAGE" "$JOB_ARCHIVE"
+    step "podman build $NOTEBOOK_IMAGE from deploy/notebook.Dockerfile (cold: ~1 min)"
+    podman build --network=host -v "$CA_BUNDLE:$CA_BUNDLE:ro" \
+        --build-arg "JOB_IMAGE=$JOB_IMAGE" -f "$REPO/deploy/notebook.Dockerfile" \
+        -t "$NOTEBOOK_IMAGE" "$ctx" >"$WORK/notebook-build.log" 2>&1 || {
+        tail -40 "$WORK/notebook-build.log" >&2
+        echo "podman build failed" >&2
+        exit 1
+    }
+    podman image inspect --format '{{.Size}}' "$NOTEBOOK_IMAGE" >"$NOTEBOOK_SIZE_FILE"
+    step "podman save $NOTEBOOK_IMAGE"
+    save "$NOTEBOOK_IMAGE" "$NOTEBOOK_ARCHIVE"
+fi
+
 # Only the current images are kept, archives and tags (the job image's layers below the
 # wheel stay cached in podman's storage for the next build).
-for f in "$OUT"/base-*.tar "$OUT"/pause-*.tar "$OUT"/job-*.tar "$OUT"/job-*.size; do
-    case "$f" in "$BASE_ARCHIVE" | "$PAUSE_ARCHIVE" | "$JOB_ARCHIVE" | "$JOB_SIZE_FILE") ;;
+for f in "$OUT"/base-*.tar "$OUT"/pause-*.tar "$OUT"/job-*.tar "$OUT"/job-*.size \
+    "$OUT"/notebook-*.tar "$OUT"/notebook-*.size; do
+    case "$f" in "$BASE_ARCHIVE" | "$PAUSE_ARCHIVE" | "$JOB_ARCHIVE" | "$JOB_SIZE_FILE" | \
+        "$NOTEBOOK_ARCHIVE" | "$NOTEBOOK_SIZE_FILE") ;;
     *) rm -f "$f" ;; esac
 done
-for repo in localhost/elasticdl-nb-base localhost/pause localhost/elasticdl-nb; do
+for repo in localhost/elasticdl-nb-base localhost/pause localhost/elasticdl-nb \
+    localhost/elasticdl-nb-notebook; do
     for img in $(podman images --format '{{.Repository}}:{{.Tag}}' "$repo"); do
-        case "$img" in "$BASE_IMAGE" | "$PAUSE_IMAGE" | "$JOB_IMAGE") ;;
+        case "$img" in "$BASE_IMAGE" | "$PAUSE_IMAGE" | "$JOB_IMAGE" | "$NOTEBOOK_IMAGE") ;;
         *) podman rmi -f "$img" >/dev/null || true ;; esac
     done
 done

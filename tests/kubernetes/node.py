@@ -123,6 +123,14 @@ def job_image_name() -> str:
     return field.default
 
 
+def cri_ref(name: str) -> str:
+    """An image's name as containerd's CRI knows it (docker.io/library/ for short ones)."""
+    first = name.split("/")[0]
+    if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
+        name = f"docker.io/{name if '/' in name else 'library/' + name}"
+    return name
+
+
 def node_images() -> dict[str, str]:
     """images.env of build_node_images.sh: PAUSE_IMAGE, PAUSE_ARCHIVE, JOB_IMAGE, ..."""
     root = os.environ.get("ELASTICDL_NB_CACHE") or str(Path.home() / ".cache" / "elasticdl-nb")
@@ -443,11 +451,20 @@ class RealNode:
 
     def job_image_ref(self) -> str:
         """The job image's default name as containerd's CRI knows it."""
-        name = job_image_name()
-        first = name.split("/")[0]
-        if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
-            name = f"docker.io/{name if '/' in name else 'library/' + name}"
-        return name
+        return cri_ref(job_image_name())
+
+    def ensure_image(self, kind: str, name: str) -> float:
+        """Import image `kind` of build_node_images.sh (its `<KIND>_ARCHIVE`, e.g. the
+        NOTEBOOK's, which only a few tests use) into this node's containerd under `name`,
+        unless it is there already; returns the seconds it took (0 if it was)."""
+        ref = cri_ref(name)
+        listed = _run(*self._ctr("images", "list", "--quiet", f"name=={ref}")).stdout
+        if listed.strip():
+            return 0.0
+        t0 = time.monotonic()
+        _run(*self._ctr("images", "import", self.images[f"{kind}_ARCHIVE"]), timeout=300)
+        _run(*self._ctr("images", "tag", self.images[f"{kind}_IMAGE"], ref))
+        return time.monotonic() - t0
 
     def containers(self, namespace: str) -> list[str]:
         """The containers containerd holds for pods of `namespace` (sandboxes included),

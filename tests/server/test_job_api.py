@@ -200,3 +200,17 @@ async def _ws_without_token(port: int, base_url: str):
     from tornado.websocket import websocket_connect
 
     return await websocket_connect(f"ws://localhost:{port}{base_url}elasticdl/api/jobs/x/events")
+
+
+def test_what_is_not_this_accounts_to_see_is_a_403_in_the_sdk_s_words():
+    """Another user's job home (locally), a namespace the cluster refuses this account:
+    403 with the SDK's message (the real server in a notebook pod answers so:
+    tests/kubernetes/test_two_namespaces.py); a plain OSError is ours, a 500."""
+    from elasticdl_nb.backends.job_records import JobNotYours
+    from elasticdl_nb.backends.kubernetes.api import KubernetesForbidden
+    from elasticdl_nb.server.sdk_calls import http_error
+
+    for refused in (JobNotYours("not yours"), KubernetesForbidden("forbidden")):
+        error = http_error(refused)
+        assert error.status_code == 403 and error.log_message % error.args == str(refused)
+    assert http_error(PermissionError("disk")) is None

@@ -205,8 +205,10 @@ def test_the_master_is_the_one_pod_of_a_job_that_restarts_it_in_place(digits, jo
         (dict(worker_resources="cpu=lots"), "'lots' is not a Kubernetes quantity for cpu"),
         (dict(pod_template="/no/such.yaml"), "pod_template '/no/such.yaml' does not exist"),
         (dict(shared_volume="nfs:server"), "neither 'pvc:CLAIM' nor 'hostPath"),
+        (dict(run_as="alice"), "'alice' is not UID:GID"),
+        (dict(run_as="0:0"), "is root"),
     ],
-    ids=["launch", "local", "quantity", "template", "volume"],
+    ids=["launch", "local", "quantity", "template", "volume", "run_as", "root"],
 )
 def test_bad_kubernetes_options_are_refused_before_anything_is_made(
     digits, job_home, options, message
@@ -215,6 +217,36 @@ def test_bad_kubernetes_options_are_refused_before_anything_is_made(
     with pytest.raises(SpecError, match=message):
         edl.train(custom_model, **DIGITS, data=digits, check=False, **options)
     assert not list((job_home / "jobs").glob("*")) if (job_home / "jobs").exists() else True
+
+
+def _pod_contexts(objects: list[dict]) -> list[dict]:
+    pods = [o["spec"]["template"]["spec"] for o in objects if o["kind"] == "Job"]
+    pods += [o["spec"] for o in objects if o["kind"] == "Pod"]
+    return [p["securityContext"] for p in pods]
+
+
+def test_a_jobs_pods_run_as_the_image_user_or_as_run_as_says(digits, job_home):
+    contexts = _pod_contexts(dry_run(digits, ps=1, shared_volume="pvc:jobs"))
+    assert contexts and all(c == {"fsGroup": 1000} for c in contexts)
+    contexts = _pod_contexts(dry_run(digits, ps=1, shared_volume="pvc:jobs", run_as="1001:1002"))
+    expected = {"runAsUser": 1001, "runAsGroup": 1002, "runAsNonRoot": True, "fsGroup": 1002}
+    assert len(contexts) >= 3 and all(c == expected for c in contexts)  # master, PS, workers
+
+
+def test_from_a_notebook_in_a_pod_the_jobs_pods_run_as_the_notebooks_user(
+    digits, job_home, monkeypatch
+):
+    """JupyterHub and Kubeflow run each user's notebook as a uid of its own: the job's
+    pods take it (and its gid), unless run_as= says otherwise; a notebook outside a
+    cluster, or one that runs as root, leaves the image's user."""
+    monkeypatch.setattr("os.getuid", lambda: 1001)
+    monkeypatch.setattr("os.getgid", lambda: 100)
+    assert all("runAsUser" not in c for c in _pod_contexts(dry_run(digits, shared_volume="pvc:j")))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    contexts = _pod_contexts(dry_run(digits, shared_volume="pvc:j"))
+    assert all(c["runAsUser"] == 1001 and c["fsGroup"] == 100 for c in contexts), contexts
+    contexts = _pod_contexts(dry_run(digits, shared_volume="pvc:j", run_as="2000:2000"))
+    assert all(c["runAsUser"] == 2000 for c in contexts), contexts
 
 
 def test_deploy_manifests_are_strictly_valid_and_grant_no_cluster_wide_rights():
@@ -260,3 +292,11 @@ def test_deploy_manifests_are_strictly_valid_and_grant_no_cluster_wide_rights():
         d["metadata"]["name"]: d["value"] for _, d in documents if d["kind"] == "PriorityClass"
     }
     assert classes["elasticdl-nb-low"] < classes["elasticdl-nb-high"]
+    # The notebook in the cluster (notebook.yaml) gets the user Role, no rights of its own.
+    notebook = [d for name, d in documents if name == "notebook.yaml"]
+    assert {d["kind"] for d in notebook} >= {"ServiceAccount", "RoleBinding", "Pod"}
+    assert not {d["kind"] for d in notebook} & {"Role", "ClusterRole", "ClusterRoleBinding"}
+    (binding,) = [d for d in notebook if d["kind"] == "RoleBinding"]
+    assert binding["roleRef"]["name"] == "elasticdl-nb-user"
+    (pod,) = [d for d in notebook if d["kind"] == "Pod"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True

@@ -22,6 +22,11 @@ class KubernetesError(ElasticDLError, RuntimeError):
     """The cluster refused or could not be reached; the message names the cause and fix."""
 
 
+class KubernetesForbidden(KubernetesError, PermissionError):
+    """The API server refused the call for this account (403): a permission it lacks, or
+    another user's namespace."""
+
+
 class ApiServerOutOfReach(KubernetesError):
     """No answer from the API server (refused, timed out): it may answer a retry."""
 
@@ -76,7 +81,8 @@ def call(
     except ApiException as exc:
         if exc.status in allow:
             return None
-        raise KubernetesError(explain(what, exc)) from None
+        refused = KubernetesForbidden if exc.status == 403 else KubernetesError
+        raise refused(explain(what, exc)) from None
     except Exception as exc:  # connection refused, TLS, DNS, timeouts: the server is out of reach
         raise ApiServerOutOfReach(
             f"Cannot {what}: the API server is out of reach ({type(exc).__name__}: "
@@ -106,10 +112,11 @@ def explain(what: str, exc) -> str:
     fixes = {
         401: "the kubeconfig's credentials were not accepted (expired token or "
         "certificate?): refresh them, e.g. log in to the cluster again.",
-        403: "a permission is missing. deploy/rbac.yaml holds exactly what is needed: Role "
-        "elasticdl-nb-user for notebook users (an admin applies it and binds it to you), "
-        "Role elasticdl-nb-master for the job's master (service account "
-        "elasticdl-nb-master).",
+        403: "Your account may not do that there. In a namespace meant for your jobs, a "
+        "permission is missing: deploy/rbac.yaml holds exactly what is needed, Role "
+        "elasticdl-nb-user for notebook users (an admin applies it and binds it to you) "
+        "and Role elasticdl-nb-master for the job's master (service account "
+        "elasticdl-nb-master). Another user's namespace, and its jobs, are theirs.",
         404: "it does not exist. If that is the namespace, create it first "
         "(`kubectl create namespace NAME`) or pass namespace= one that exists.",
         409: "an object of that name exists already: pick another job name, or delete the "

@@ -70,7 +70,7 @@ def record_for(
                    m.master_name(name), namespace)  # fmt: skip
     bundle = call(f"read ConfigMap {m.configmap_name(name)}", core.read_namespaced_config_map,
                   m.configmap_name(name), namespace)  # fmt: skip
-    from elasticdl_nb.backends.kubernetes.submit import local_view
+    from elasticdl_nb.backends.kubernetes.local_view import local_view
     from elasticdl_nb.spec import JobSpec
 
     spec = JobSpec.from_json(bundle["data"][JobDir(Path()).spec.name])

@@ -19,7 +19,7 @@ from typing import Any
 from elasticdl_nb.backends.job_records import JobRecord, save_record
 from elasticdl_nb.backends.kubernetes import manifests as m
 from elasticdl_nb.backends.kubernetes.api import KubernetesError, call, client_for
-from elasticdl_nb.backends.kubernetes.job_state import job_dir_here
+from elasticdl_nb.backends.kubernetes.local_view import local_view
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.protocol import tls
 from elasticdl_nb.spec import JobSpec, SpecError
@@ -136,10 +136,3 @@ def start_job(spec: JobSpec, record: JobRecord) -> None:
         files=str(local_view(spec, record.name) or ""),
     )
     save_record(record)
-
-
-def local_view(spec: JobSpec, name: str) -> Path | None:
-    """The job directory as this machine sees it, if it does (`job_dir_here`: a hostPath
-    shared volume whose directory exists here)."""
-    kind, _, where = spec.shared_volume.partition(":")
-    return job_dir_here(where, name) if kind == "hostPath" else None
