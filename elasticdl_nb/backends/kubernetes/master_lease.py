@@ -77,6 +77,7 @@ class MasterLease:
         self._seen_at = 0.0  # monotonic: when `_seen_version` was first seen
         self._renewed_at: float | None = None  # monotonic: when the last renewal was sent
         self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None  # renews the lease once it is held
 
     # ------------------------------------------------------------------ the holder
 
@@ -88,7 +89,10 @@ class MasterLease:
         while not job_over():
             try:
                 if self._take():
-                    threading.Thread(target=self._keep, name="master-lease", daemon=True).start()
+                    self._keeper = threading.Thread(
+                        target=self._keep, name="master-lease", daemon=True
+                    )
+                    self._keeper.start()
                     log.info("this master holds the job's lease (%s)", self.identity)
                     return True
             except ApiServerOutOfReach as exc:
@@ -123,12 +127,20 @@ class MasterLease:
         """Let the lease go (this master leaves while its job goes on), so that a
         successor need not wait for it to expire. Best effort: unreleased, it expires."""
         self._stop.set()
-        lease, self._renewed_at = self._lease, float("-inf")  # check() fences from now on
-        if lease is None or self._holder() != self.identity:
-            return
-        lease["spec"].update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_now())
+        self._renewed_at = float("-inf")  # check() fences from now on
+        if self._keeper is not None:
+            # A renewal under way would write the lease after the release (or make the
+            # release's write a conflict) and hold the successor off for a whole term.
+            self._keeper.join(2 * REQUEST_SECONDS + 1)
         try:
-            self._replace(lease, "release")
+            for _ in range(3):  # a conflict: someone wrote it since; read it again
+                lease = self._lease = self._read()
+                if lease is None or self._holder() != self.identity:
+                    return
+                lease["spec"].update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_now())
+                if self._replace(lease, "release") is not None:
+                    return
+            log.warning("could not release the job's lease (it expires): it kept changing")
         except KubernetesError as exc:
             log.warning("could not release the job's lease (it expires): %s", exc)
 
