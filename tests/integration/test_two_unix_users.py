@@ -38,6 +38,7 @@ OWNER = "edlnb-other"  # B: runs the job
 INTRUDER = "edlnb-a"  # A: another user of the machine, not root
 JOB = f"isolated-{os.getpid()}"
 CALL_SECONDS = 5.0  # every refusal must come within this (refused, never hung)
+SHARED_PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/dev/mqueue")
 
 
 # ---------------------------------------------------------------------- the two users
@@ -156,6 +157,7 @@ class OwnersJob:
         self.uid = pwd.getpwnam(OWNER).pw_uid
         self.home = Path(pwd.getpwnam(OWNER).pw_dir)
         self.token = json.loads((job_dir / "job.json").read_text())["token"]
+        self.owned_before: set[str] = set()  # B's in the shared places before the job
 
     def master(self) -> dict:
         return json.loads((self.dir / "master.json").read_text())
@@ -203,10 +205,12 @@ def owners_job(two_users):
     # what the job's processes write is what the tests below look for).
     notebook_tmp = home / "notebook-tmp"
     _run_as(OWNER, ["mkdir", "-p", "-m", "700", str(notebook_tmp)], timeout=10)
+    owned_before = _owned_in_shared_places(pwd.getpwnam(OWNER).pw_uid)
     started = _python_as(OWNER, START_JOB, JOB, timeout=180, env={"TMPDIR": str(notebook_tmp)})
     assert started.returncode == 0, started.stdout + started.stderr
     info = json.loads(started.stdout.splitlines()[-1])
     job = OwnersJob(info["name"], Path(info["dir"]))
+    job.owned_before = owned_before
     try:
         wait_for(lambda: job.status().get("step", 0) >= 3, 120, "B's job to train")
         wait_for(lambda: list((job.dir / "checkpoints").rglob("*")), 60, "a checkpoint")
@@ -529,21 +533,29 @@ def test_the_token_is_on_no_command_line(owners_job):
         assert owners_job.token.encode() not in cmdline, pid
 
 
-def test_the_owners_job_leaves_nothing_outside_its_home(owners_job):
-    """No file of B's in the shared places (temporary files, shared memory, named pipes,
-    lock files): everything the job writes is in B's job directory."""
-    found = []
-    for shared in ("/tmp", "/var/tmp", "/dev/shm", "/run", "/dev/mqueue"):
+def _owned_in_shared_places(uid: int) -> set[str]:
+    """Every path in the machine's shared places (temporary files, shared memory, named
+    pipes, lock files) that `uid` owns."""
+    found = set()
+    for shared in SHARED_PLACES:
         if not os.path.isdir(shared):
             continue
         for root, dirs, files in os.walk(shared, onerror=lambda _: None):
             for entry in dirs + files:
                 path = os.path.join(root, entry)
                 try:
-                    if os.lstat(path).st_uid == owners_job.uid:
-                        found.append(path)
+                    if os.lstat(path).st_uid == uid:
+                        found.add(path)
                 except OSError:
                     continue
+    return found
+
+
+def test_the_owners_job_leaves_nothing_outside_its_home(owners_job):
+    """No file of B's job in the shared places: everything it writes is in B's job
+    directory. (Measured against what B's uid owned there before the job: the machine
+    may have files of that uid from elsewhere, e.g. pods run as it by other tests.)"""
+    found = sorted(_owned_in_shared_places(owners_job.uid) - owners_job.owned_before)
     assert found == []
     # They went to the job's private temporary directory instead.
     private = owners_job.dir / "tmp"

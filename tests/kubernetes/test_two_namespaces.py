@@ -21,7 +21,9 @@ from tests.kubernetes.notebook_pod import notebook_pod, quickstart_cells, run_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubernetes]
 
-UID_A, UID_B = 1001, 1002  # each user's own, as the admin sets them in notebook.yaml
+# Each user's own, as the admin sets them in notebook.yaml (above the machine's own users:
+# test_two_unix_users.py runs local jobs as 1001-ish users and checks what they own).
+UID_A, UID_B = 20001, 20002
 B_JOB = "b-job"
 
 
