@@ -69,8 +69,9 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 
+# --durations: the slowest tests in every run's output, to keep the suite in its budget.
 test: $(STAMP) $(LABEXT_STAMP) $(CHROMIUM) test-cluster test-node lint
-	$(PY) -m pytest -q -p no:cacheprovider; code=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30; code=$$?; \
 	  if [ $$code -eq 5 ]; then echo "no tests ran: that is a failure"; exit 1; fi; exit $$code
 
 BENCH_STAMP := $(VENV)/.bench-$(shell sha1sum pyproject.toml | cut -c1-12)
