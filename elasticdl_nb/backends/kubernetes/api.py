@@ -31,6 +31,12 @@ class ApiServerOutOfReach(KubernetesError):
     """No answer from the API server (refused, timed out): it may answer a retry."""
 
 
+def in_a_pod() -> bool:
+    """Whether this process runs in a Kubernetes pod (the kubelet sets this variable in
+    every container): its identity is then its pod's service account."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
 def client_for(kubeconfig: str = "", timeout: float = 10.0, in_cluster: bool = False):
     """A `kubernetes.client.ApiClient`: from `kubeconfig`, else $KUBECONFIG or
     ~/.kube/config, else (or with `in_cluster`) the service account of the pod we run in."""
@@ -43,7 +49,7 @@ def client_for(kubeconfig: str = "", timeout: float = 10.0, in_cluster: bool = F
             api = client.ApiClient()
         elif Path(path).expanduser().exists():
             api = config.new_client_from_config(config_file=str(Path(path).expanduser()))
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        elif in_a_pod():
             config.load_incluster_config()
             api = client.ApiClient()
         else:

@@ -24,8 +24,9 @@ class KubernetesBackend(Backend):
         """A notebook in a pod (JupyterHub, Kubeflow) runs as its user's uid: the job's
         pods run as that uid and gid too, so that the job's directory on the shared
         volume, which its master makes owner-only then, is that user's alone."""
-        in_a_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        if not spec.run_as and in_a_pod and os.getuid() != 0:
+        from elasticdl_nb.backends.kubernetes.api import in_a_pod
+
+        if not spec.run_as and in_a_pod() and os.getuid() != 0:
             spec.run_as = f"{os.getuid()}:{os.getgid()}"
 
     def dry_run(self, spec: JobSpec, record: JobRecord) -> str:

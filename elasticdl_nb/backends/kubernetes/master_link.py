@@ -18,7 +18,6 @@ at once.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -31,6 +30,7 @@ from elasticdl_nb.backends.kubernetes.api import (
     call,
     client_for,
     explain,
+    in_a_pod,
 )
 from elasticdl_nb.backends.kubernetes.job_state import Reading, current_pod, job_state
 from elasticdl_nb.vocabulary import JobState
@@ -122,7 +122,7 @@ class KubernetesMasterLink:
         if self._route is None:
             name = m.master_name(self.record.name)
             cluster_ip = self.record.where["master_address"]
-            if os.environ.get("KUBERNETES_SERVICE_HOST"):  # we run in a pod
+            if in_a_pod():
                 host = f"{name}.{self.namespace}.svc"
                 resolved = _resolves(host, DNS_SECONDS)
                 self._route = f"{host}:{m.MASTER_PORT}" if resolved else cluster_ip
