@@ -276,14 +276,13 @@ ROUTE = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("dns", ["answers", "is dead"])
 def test_a_notebook_in_a_pod_reaches_the_master_by_name_or_else_by_cluster_ip(
-    real_node, real_admin, real_namespace, dns
+    real_node, real_admin, real_namespace
 ):
     """The client's route to a job's master from inside a pod (master_link.route): the
-    Service's DNS name where the cluster's DNS answers; where it does not (here a pod
-    whose resolver is an address nobody serves), the Service's cluster IP, within the
-    lookup's bound, rather than every call failing on the name."""
+    Service's DNS name where the cluster's DNS answers; where it does not (a pod whose
+    resolver is an address nobody serves), the Service's cluster IP, within the lookup's
+    bound, rather than every call failing on the name. Both pods run side by side."""
     from kubernetes import client
 
     from elasticdl_nb.backends.kubernetes import manifests as m
@@ -303,24 +302,23 @@ def test_a_notebook_in_a_pod_reaches_the_master_by_name_or_else_by_cluster_ip(
     )
     service = core.read_namespaced_service(m.master_name("probe"), real_namespace)
     cluster_ip = f"{service.spec.cluster_ip}:{m.MASTER_PORT}"
-    resolver = {}
-    if dns == "is dead":
-        resolver = {
-            "dnsPolicy": "None",
-            "dnsConfig": {"nameservers": ["10.244.0.254"], "searches": ["svc.cluster.local"]},
-        }
+    by_name = f"{m.master_name('probe')}.{real_namespace}.svc:{m.MASTER_PORT}"
+    dead_resolver = {
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": ["10.244.0.254"], "searches": ["svc.cluster.local"]},
+    }
     env = [{"name": "NS", "value": real_namespace}, {"name": "CLUSTER_IP", "value": cluster_ip}]
-    core.create_namespaced_pod(
-        real_namespace,
-        pod_manifest("router", ["python3", "-c", ROUTE], container={"env": env}, **resolver),
-    )
-    pod = wait_phase(core, real_node, real_namespace, "router", ("Succeeded", "Failed"), 90)
-    log = core.read_namespaced_pod_log("router", real_namespace)
-    assert pod.status.phase == "Succeeded", log
-    _, route, seconds = next(line for line in log.splitlines() if line.startswith("route")).split()
-    if dns == "answers":
-        assert route == f"{m.master_name('probe')}.{real_namespace}.svc:{m.MASTER_PORT}", log
-    else:
-        assert route == cluster_ip, log
-    assert float(seconds) <= DNS_SECONDS + 0.5, log
-    assert "reached 200" in log, log
+    expected = {"router-dns": (by_name, {}), "router-no-dns": (cluster_ip, dead_resolver)}
+    for name, (_, resolver) in expected.items():
+        command = ["python3", "-c", ROUTE]
+        core.create_namespaced_pod(
+            real_namespace, pod_manifest(name, command, container={"env": env}, **resolver)
+        )
+    for name, (route_expected, _) in expected.items():
+        pod = wait_phase(core, real_node, real_namespace, name, ("Succeeded", "Failed"), 90)
+        log = core.read_namespaced_pod_log(name, real_namespace)
+        assert pod.status.phase == "Succeeded", (name, log)
+        line = next(line for line in log.splitlines() if line.startswith("route"))
+        _, route, seconds = line.split()
+        assert route == route_expected and float(seconds) <= DNS_SECONDS + 0.5, (name, log)
+        assert "reached 200" in log, (name, log)
