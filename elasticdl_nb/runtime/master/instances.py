@@ -239,12 +239,14 @@ class InstanceManager:
 
         def kill() -> None:
             for attempt in range(1, KILL_TRIES + 1):
+                if attempt > 1:
+                    time.sleep(KILL_RETRY_SECONDS)
                 try:
                     self.launcher.kill(role, instance_id, True)
                     return
                 except Exception as exc:  # noqa: BLE001 - said, and tried again
                     log.warning("could not end %s %d (try %d): %s", role, instance_id, attempt, exc)
-                    time.sleep(KILL_RETRY_SECONDS)
+            log.error("gave up ending %s %d after %d tries", role, instance_id, KILL_TRIES)
 
         timer = threading.Timer(after, kill)
         timer.daemon = True
