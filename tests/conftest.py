@@ -87,6 +87,31 @@ def _report_stuck_job(record, processes: list[str]) -> None:
         print("\n".join(useful[-60:]))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def warm_pools():
+    """The session's local jobs share warm pools (backends/local/warm_pool.py), as a
+    user's jobs do, in a directory of the session's: none outlives it, and the user's
+    own pools are left alone. Tests of the pools themselves use directories of their
+    own."""
+    import shutil
+    import tempfile
+
+    from elasticdl_nb.backends.local.warm_pool_link import IDLE_ENV, POOL_DIR_ENV, stop_pools
+
+    directory = Path(tempfile.mkdtemp(prefix="edlnb-pools-"))
+    saved = {name: os.environ.get(name) for name in (POOL_DIR_ENV, IDLE_ENV)}
+    os.environ[POOL_DIR_ENV] = str(directory)
+    os.environ[IDLE_ENV] = "300"  # (a pool of a rare environment does not sit out the run)
+    yield directory
+    stop_pools(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def ipython_shell():
     """One real IPython shell for the session, with `%load_ext elasticdl_nb` done

@@ -18,6 +18,7 @@ import pytest
 
 from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE
 from elasticdl_nb.backends.local.supervisor import MAX_RESTARTS
+from elasticdl_nb.backends.local.warm_pool_link import IDLE_ENV
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from tests.conftest import REPO
 from tests.integration.faults import alive, wait_for
@@ -32,13 +33,13 @@ def supervise(tmp_path):
     prepare_job_dir(job_dir)
     (job_dir / "logs").mkdir()
 
-    def start(plan: dict) -> subprocess.Popen:
+    def start(plan: dict, env: dict[str, str] | None = None) -> subprocess.Popen:
         (job_dir / "plan.json").write_text(json.dumps(plan))
         with open(job_dir / "logs" / "supervisor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", SUPERVISOR_MODULE, "--job-dir", str(job_dir)]
                 + ["--master-module", "tests.unit.supervised_master"],
-                env={**os.environ, "PYTHONPATH": str(REPO)},
+                env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -152,8 +153,10 @@ def _lifeline(pid: int) -> bytes:
 
 
 def test_the_instances_of_a_job_have_their_lifeline_on_the_supervisor(supervise):
+    """(A fork server of the user's warm pool: test_warm_pool.py.)"""
     job_dir = supervise.job_dir
-    supervisor = supervise({"0": [["serve"], ["launch", "worker", 0], ["hang"]]})
+    no_pool = {IDLE_ENV: "0"}
+    supervisor = supervise({"0": [["serve"], ["launch", "worker", 0], ["hang"]]}, no_pool)
     worker = wait_for(lambda: _started(job_dir, 0, "worker", 0), 30, "the worker")
     master = json.loads((job_dir / "master.json").read_text())["pid"]
     # The launch waited for the fork server, which forked the worker: the worker's

@@ -12,7 +12,7 @@ after 0.46 CPU-s).
 The supervisor talks to it over a socketpair (its fd in `FORK_SERVER_FD_ENV`), in JSON
 lines (`supervisor_protocol.encode`):
 
-    server -> supervisor   {"op": "ready"}                        once the imports are done
+    server -> supervisor   {"op": "ready", "pid": 4200}          once the imports are done
     supervisor -> server   {"op": "fork", "role": "worker", "id": 3, "env": {...},
                             "log": "/job/logs/worker-3.log"}
     server -> supervisor   {"op": "forked", "pid": 4242}           (or {"op": "forked",
@@ -73,11 +73,16 @@ def main() -> None:
     parser.add_argument("--job-dir", required=True, help="the job's directory")
     args = parser.parse_args()
     sock = socket.socket(fileno=int(os.environ.pop(FORK_SERVER_FD_ENV)))
+    preload()
+    ForkServer(sock, args.job_dir).run()
+
+
+def preload() -> None:
+    """What a fork server does before it serves (and a warm pool before it forks one)."""
     # Before the imports start threads: the children inherit one malloc arena (heap.py).
     keep_freed_memory()
     for module in PRELOAD:
         importlib.import_module(module)
-    ForkServer(sock, args.job_dir).run()
 
 
 class ForkServer:
@@ -93,7 +98,7 @@ class ForkServer:
         selector = selectors.DefaultSelector()
         selector.register(self.sock, selectors.EVENT_READ, "supervisor")
         selector.register(wake_read, selectors.EVENT_READ, "wake")
-        self.sock.sendall(encode({"op": "ready"}))
+        self.sock.sendall(encode({"op": "ready", "pid": os.getpid()}))
         while True:
             for key, _ in selector.select(1.0):
                 if key.data == "wake":

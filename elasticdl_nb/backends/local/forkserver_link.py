@@ -1,5 +1,6 @@
-"""The supervisor's end of its job's fork server (`forkserver.py`): starting it, asking
-it for an instance's process, and hearing how each one ended.
+"""The supervisor's end of its job's fork server (`forkserver.py`): getting one (from the
+user's warm pool, `warm_pool.py`, else as a new interpreter), asking it for an instance's
+process, and hearing how each one ended.
 
 `ForkedProcess` is the part of `subprocess.Popen` that `LocalProcesses` uses, so a forked
 instance and one started with `Popen` (before the server is ready, or if it is gone) are
@@ -15,6 +16,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from elasticdl_nb.backends.local.supervisor_protocol import (
     encode,
     start_talking_child,
 )
+from elasticdl_nb.backends.local.warm_pool_link import ask_for_fork_server, pool_socket
 
 log = logging.getLogger("elasticdl_nb.supervisor")
 
@@ -67,6 +70,38 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+class PooledServer:
+    """A fork server that the warm pool forked: the pool's child, not ours. It is
+    signalled through a pidfd (so a pid that another process took since is never
+    signalled); how it ended is not ours to know: its socket's end says that it did."""
+
+    def __init__(self) -> None:
+        self.pid = -1  # until its `ready` names it
+        self._pidfd: int | None = None
+
+    def found(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:  # it is gone already: its socket says so next
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        return None
+
+    def kill(self) -> None:
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
 class ForkServerLink:
     def __init__(self, job_dir: Path, log_path: Path, environ: dict[str, str]):
         self.job_dir = job_dir
@@ -74,21 +109,41 @@ class ForkServerLink:
         self.environ = environ
         self.state = ServerState.OFF
         self.ever_ready = False  # the one it runs (or ran) got as far as ready
-        self.proc: subprocess.Popen | None = None
+        self.pooled = False  # the one it runs came from the warm pool
+        self.proc: subprocess.Popen | PooledServer | None = None
         self.sock: socket.socket | None = None
         self._reader = LineReader()
         self._children: dict[int, ForkedProcess] = {}
         self._forked: list[dict[str, Any]] = []  # replies to `fork`, in order
 
     def start(self) -> None:
+        """Ask the user's warm pool for a fork server (starting the pool if there is
+        none: it imports while this job's master starts, as a new interpreter would);
+        where there can be no pool, or it fails, start one as a new interpreter."""
+        self._reader, self.ever_ready = LineReader(), False
+        pool = pool_socket(self.environ, sys.path)
+        if pool is not None:
+            env = {**self.environ, "GRPC_ENABLE_FORK_SUPPORT": "false"}  # (as below)
+            try:
+                ours = ask_for_fork_server(pool, env, self.job_dir, self.log_path)
+            except OSError as exc:
+                log.warning("warm pool %s: %s; the fork server starts on its own", pool, exc)
+            else:
+                self.proc, self.pooled = PooledServer(), True
+                self._started(ours)
+                log.info("fork server asked of the warm pool at %s", pool)
+                return
         args = ["--job-dir", str(self.job_dir)]
         self.proc, ours = start_talking_child(
             FORK_SERVER_MODULE, args, self.environ, self.log_path, FORK_SERVER_FD_ENV
         )
-        ours.setblocking(False)
-        self.sock, self._reader, self.state = ours, LineReader(), ServerState.STARTING
-        self.ever_ready = False
+        self.pooled = False
+        self._started(ours)
         log.info("fork server started (pid %d)", self.proc.pid)
+
+    def _started(self, ours: socket.socket) -> None:
+        ours.setblocking(False)
+        self.sock, self.state = ours, ServerState.STARTING
 
     def stop(self) -> None:
         """End the server (it runs nothing of its own: SIGKILL is enough) and let go."""
@@ -156,6 +211,8 @@ class ForkServerLink:
         if op == "ready":
             self.state = ServerState.READY
             self.ever_ready = True
+            if isinstance(self.proc, PooledServer):
+                self.proc.found(message["pid"])
             log.info("fork server ready (pid %d)", self.proc.pid)
         elif op == "forked":
             self._forked.append(message)

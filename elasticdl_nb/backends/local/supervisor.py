@@ -127,8 +127,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop_signal)
         self.selector.register(wake_read, selectors.EVENT_READ, "wake")
-        self._start_fork_server()  # first: it imports while the master does
         self._start_master()
+        self._start_fork_server()  # (a new one imports while the master starts)
         while self.exit_code is None:
             for key, mask in self.selector.select(self._timeout()):
                 if key.data == "wake":

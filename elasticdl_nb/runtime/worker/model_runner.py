@@ -315,6 +315,11 @@ class ModelRunner:
 
     # ------------------------------------------------------------------ steps
 
+    def prepare_train(self, features: Any, labels: Any) -> None:
+        """Trace the train step for minibatches like this one, if it is not yet."""
+        if self._train is None:
+            self._compile_train(features, labels)
+
     def _compile_train(self, features: Any, labels: Any) -> None:
         """Compile the train step for the shapes of this job's minibatches.
 
@@ -350,8 +355,7 @@ class ModelRunner:
     ) -> Gradients:
         """Load the pulled parameters (if any), then one forward and backward pass; with
         `probe_features`, also the ids a later step needs (in `Gradients.next_ids`)."""
-        if self._train is None:
-            self._compile_train(features, labels)
+        self.prepare_train(features, labels)
         if dense:
             self._last_dense = [dense[n] for n in self.dense_names]
         # (nothing new: the same values again keep one signature)

@@ -12,6 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +80,7 @@ class _TaskPass:
             batch = next(self._source, None)
             if batch is None:
                 return
-            self._trainer._ensure_built(batch.features)
+            self._trainer._ensure_built(batch.features, batch.labels)
             self.window.append([batch, None])
 
     def read_ahead(self) -> None:
@@ -150,12 +151,23 @@ class Trainer:
         except (DataError, Exception) as exc:
             raise user_code_error(exc) from exc
 
-    def _ensure_built(self, features) -> None:
+    def _ensure_built(self, features, labels=None) -> None:
+        """Build the model on the first minibatch and offer its initial values to the PS.
+        Given a training minibatch's labels, the train step is traced meanwhile: the PS
+        prepares its side (its optimizer's step) while this worker traces its own, about
+        half a second each, so a new worker's first step comes that much sooner."""
         if self.runner.built:
             return
         self.runner.build(features)
         self.ps.set_model(self.runner.variable_values(), self.runner.table_defs)
-        self.ps.initialize(seeds=self.runner.take_table_seeds())
+        seeds = self.runner.take_table_seeds()
+        if labels is None:
+            self.ps.initialize(seeds=seeds)
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="ps-init") as background:
+            initialized = background.submit(self.ps.initialize, seeds=seeds)
+            self.runner.prepare_train(features, labels)
+            initialized.result()
 
     def _pull(self, features) -> dict:
         """Load the dense parameters a step on `features` needs into the model, and return
@@ -274,7 +286,7 @@ class Trainer:
         for batch in self.train_batches.batches(r.source, r.start, r.end, Mode.TRAINING):
             if self.reporter.stop_requested.is_set():
                 return
-            self._ensure_built(batch.features)
+            self._ensure_built(batch.features, batch.labels)
             ids = self.runner.probe_ids(batch.features)
             while True:
                 t0 = time.perf_counter()
