@@ -18,6 +18,7 @@ import pytest
 
 from elasticdl_nb.backends.job_records import find_job
 from elasticdl_nb.backends.local.submit import kill_job
+from elasticdl_nb.backends.local.warm_pool_link import IDLE_ENV
 from elasticdl_nb.runtime.exit_codes import WRONG_PEER_EXIT
 from elasticdl_nb.runtime.lifeline import PARENT_ENV
 from elasticdl_nb.runtime.master.worker_silence import SILENCE_SECONDS
@@ -156,19 +157,34 @@ def test_a_worker_silent_with_a_task_is_given_up_on_within_the_budget(job_home):
     assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
 
 
-def test_a_supervisor_killed_by_sigkill_leaves_no_process_of_its_job_behind(job_home):
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("fork_server", ["a new interpreter", "from the warm pool"])
+def test_a_supervisor_killed_by_sigkill_leaves_no_process_of_its_job_behind(
+    job_home, fork_server, monkeypatch
+):
+    if fork_server == "a new interpreter":
+        monkeypatch.setenv(IDLE_ENV, "0")  # pools off
     rng = fault_rng("supervisor-sigkill")
     job, _, _ = digits_job(workers=2, epochs=200, evaluate=False)
     wait_for_step(job, rng.randint(1, 30))
     supervisor = _supervisor_pid(job)
     pids = _live_pids(job)
     assert len(pids) == 3, pids
+    server = _parent(pids[("ps", 0)])
+    assert {_parent(pid) for pid in pids.values()} == {server}  # forked by the job's server
     pids[("master", 0)] = _master_pid(job)
-    for (role, instance), pid in pids.items():  # the lifeline is armed in every one of them
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        assert f"{PARENT_ENV}={supervisor}".encode() in environ, (
-            f"{role} {instance} has no lifeline"
-        )
+    pids[("fork server", 0)] = server
+    if fork_server == "a new interpreter":
+        for (role, instance), pid in pids.items():  # the lifeline is armed in each of them
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"{PARENT_ENV}={supervisor}".encode() in environ, (
+                f"{role} {instance} has no lifeline"
+            )
+    else:  # the server's lifeline is its connection to the supervisor (test_warm_pool.py)
+        assert _parent(server) != supervisor and _parent(pids[("master", 0)]) == supervisor
 
     os.kill(supervisor, signal.SIGKILL)
     killed = time.monotonic()

@@ -29,6 +29,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from elasticdl_nb.backends.local.warm_pool_link import pool_dir, stop_pools
 from tests.integration.faults import wait_for
 
 pytestmark = pytest.mark.slow
@@ -196,6 +197,11 @@ def _uid_of(pid: int) -> int | None:
     return int(next(x for x in status.splitlines() if x.startswith("Uid:")).split()[1])
 
 
+def _pool_dir(user: str) -> Path:
+    """Where `user`'s warm pools listen (backends/local/warm_pool.py): in their home."""
+    return pool_dir({"HOME": pwd.getpwnam(user).pw_dir})
+
+
 @pytest.fixture(scope="module")
 def owners_job(two_users):
     """B's job: started as B, training until the module is done, then stopped as B."""
@@ -216,6 +222,7 @@ def owners_job(two_users):
         wait_for(lambda: list((job.dir / "checkpoints").rglob("*")), 60, "a checkpoint")
         yield job
     finally:
+        stop_pools(_pool_dir(OWNER))  # (B's warm pool, which B's job started)
         stopped = _python_as(OWNER, STOP_JOB, JOB, timeout=90)
         if stopped.returncode != 0 or stopped.stdout.strip() != "stopped":
             from elasticdl_nb.backends.job_records import JobRecord
@@ -490,8 +497,9 @@ def test_the_owners_job_trains_on_unharmed(intrusion, owners_job):
 
 def test_the_owners_job_holds_no_socket_another_user_could_name(owners_job):
     """Every Unix socket of B's job processes is unnamed (socketpairs: supervisor, fork
-    server, signal wake-ups) or the master's, in the owner-only job directory; every TCP
-    listener is on loopback (token-guarded, above)."""
+    server, signal wake-ups), the master's, in the owner-only job directory, or B's warm
+    pool's, in B's owner-only directory of pools; every TCP listener is on loopback
+    (token-guarded, above)."""
     unix_paths = {}
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         fields = line.split()
@@ -516,7 +524,12 @@ def test_the_owners_job_holds_no_socket_another_user_could_name(owners_job):
                 named.add(unix_paths[inode])
             if inode in tcp_listeners:
                 listeners.add(tcp_listeners[inode].split(":")[0])
-    assert named == {str(owners_job.dir / "master.sock")}
+    # B's warm pool listens in B's owner-only directory of pools (the pool and the job's
+    # fork server, its child, hold that socket).
+    pools = _pool_dir(OWNER)
+    assert pools.stat().st_uid == owners_job.uid and stat.S_IMODE(pools.stat().st_mode) == 0o700
+    pool_sockets = {str(sock) for sock in pools.glob("*.sock")}
+    assert named - pool_sockets == {str(owners_job.dir / "master.sock")}
     loopback = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, as IPv4 or v6
     assert listeners and listeners <= loopback
     assert stat.S_IMODE((owners_job.dir).stat().st_mode) == 0o700

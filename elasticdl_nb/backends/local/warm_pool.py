@@ -34,6 +34,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -63,7 +64,13 @@ def main() -> None:
         print(f"another pool serves {args.socket}: leaving", flush=True)
         return
     listener = _listen(args.socket)
-    key = fingerprint(dict(os.environ), sys.path)
+    # (its TMPDIR, which warm_pool_link makes the pool's own; an import may write there)
+    if os.environ.get("TMPDIR"):
+        Path(os.environ["TMPDIR"]).mkdir(mode=0o700, exist_ok=True)
+    # What the key is of: the environment and path it started with (an import may add
+    # to its own environment; the files are what can change under it).
+    environ, path = dict(os.environ), list(sys.path)
+    key = fingerprint(environ, path)
     started = time.monotonic()
     preload()
     print(
@@ -71,7 +78,7 @@ def main() -> None:
         flush=True,
     )
     setproctitle.setproctitle(f"{sys.executable} -m {__spec__.name} --socket {args.socket}")
-    WarmPool(listener, lock, args.socket, key, args.idle, args.check).run()
+    WarmPool(listener, lock, args.socket, (environ, path, key), args.idle, args.check).run()
 
 
 def _lock(sock_path: Path) -> int | None:
@@ -106,12 +113,18 @@ def _listen(path: Path) -> socket.socket:
 
 class WarmPool:
     def __init__(
-        self, listener: socket.socket, lock: int, path: Path, key: str, idle: float, check: float
+        self,
+        listener: socket.socket,
+        lock: int,
+        path: Path,
+        fitting: tuple[dict[str, str], list[str], str],
+        idle: float,
+        check: float,
     ):
         self.listener = listener
         self.lock = lock
         self.path = path
-        self.key = key
+        self.fitting = fitting  # (environment, sys.path, their fingerprint) at the start
         self.idle = idle
         self.check = check  # seconds between checks that the files it imported are current
         self.children: set[int] = set()
@@ -135,7 +148,8 @@ class WarmPool:
                 return self._leave(f"no job for {self.idle:.0f} s")
             if now >= next_check:
                 next_check = now + self.check
-                if fingerprint(dict(os.environ), sys.path) != self.key:
+                environ, path, key = self.fitting
+                if fingerprint(environ, path) != key:
                     return self._leave("the files it imported changed")
 
     def _idle_until(self) -> float:
@@ -185,6 +199,10 @@ class WarmPool:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
+            # Python caches its temporary directory at first use (TensorFlow's import
+            # used it in the pool): the job's own, where autograph writes the model's
+            # converted source, not the pool's.
+            tempfile.tempdir = None
             sys.path[:] = request["path"]
             # What `ps` shows, and what finds a job's processes: the command it stands for.
             job_dir = request["job_dir"]
