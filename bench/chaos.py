@@ -4,9 +4,13 @@ job without faults, in one run.
     .venv/bin/python bench/chaos.py [--quick] [--seed N] [--minutes M]
 
 The job: the digits MLP of bench/workloads.py (Adam, 1,408 records, minibatches of 64,
-two per task), 3 workers, every process pinned to one thread (bench/harness.py), with
-enough epochs that the fault-free job runs at least `--minutes` (5; a short calibration
-job measures the rate first). Per strategy, one after the other on the same machine:
+two per task), every process pinned to one thread (bench/harness.py), with enough epochs
+that the fault-free job runs at least `--minutes` (5; a short calibration job measures
+the rate first), and as many training processes as cores (2 here: 1 worker + 1 PS, or 2
+allreduce workers), so that the time a lost worker is gone is really lost: with more
+workers than cores, the others took up a killed one's core and the chaos job lost
+little wall time however slow its recovery (issue 37). Per strategy, one after the other
+on the same machine:
 
 - fault-free: the job as it is;
 - chaos: the same job while a seeded schedule SIGKILLs, from its first applied minibatch
@@ -15,8 +19,10 @@ job measures the rate first). Per strategy, one after the other on the same mach
   random phase of its period). Local backend: the supervisor restarts the master, the
   master relaunches workers and the PS.
 
-Reported per strategy: goodput = fault-free wall time / chaos wall time (target >= 0.90;
-wall time is the journal's first event to its final `job_state`), records applied twice
+Reported per strategy: goodput = fault-free wall time / chaos wall time, which for the
+same work is the useful steps of the chaos job over the fault-free job's in the same time
+(target >= 0.90; wall time is the journal's first event to its final `job_state`); beside
+it the job's own goodput (`Job.status()`'s, the master's accounting), records applied twice
 and never (both must be 0: the PS ledger, or the replicas' ledgers), and the final test
 accuracy (on the 389 digits the job never saw) against the fault-free job's. `--quick`:
 2-minute jobs, for a look (the target is for 5).
@@ -48,7 +54,8 @@ from elasticdl_nb.runtime.ps.ledger import record_counts  # noqa: E402
 from elasticdl_nb.runtime.worker.replica_records import applications  # noqa: E402
 from elasticdl_nb.vocabulary import INSTANCE_ENDED  # noqa: E402
 
-WORKERS, PER_TASK = 3, 2
+WORKERS = {"ps": 1, "allreduce": 2}  # with the PS: a training process per core (of 2)
+PER_TASK = 2
 PERIODS = {"worker": 20.0, "ps": 90.0, "master": 120.0}
 CALIBRATION_EPOCHS = 30
 FAULT_SEED_ENV = "ELASTICDL_NB_FAULT_SEED"
@@ -61,7 +68,7 @@ def _test_split() -> tuple[np.ndarray, np.ndarray]:
 
 def _train(w: workloads.Workload, strategy: str, epochs: int, tag: str) -> edl.Job:
     return w.train(
-        workers=WORKERS,
+        workers=WORKERS[strategy],
         strategy=strategy,
         epochs=epochs,
         checkpoint_steps=50,
@@ -232,11 +239,14 @@ def main() -> None:
                 f"{sum(k['role'] == r for k in ours['kills'])} {r}"
                 for r in ("worker", "ps", "master")
             )
-            case = f"{strategy}, {WORKERS} workers, kills: {kills}"
+            case = f"{strategy}, {WORKERS[strategy]} worker(s), kills: {kills}"
             rows += [
                 row(case, "job wall time (goodput)", [ours["wall"]], [base["wall"]], unit="s",
                     baseline_label="fault-free", higher_is_better=False, target=0.90,
                     note="ratio = fault-free wall / chaos wall = goodput"),
+                row(case, "the job's own goodput (the master's accounting)",
+                    [ours["goodput_reported"] or 0.0], [base["goodput_reported"] or 0.0],
+                    baseline_label="fault-free job's own", target=0.90),
                 row(case, "records applied twice", [ours["twice"]], higher_is_better=False,
                     limit=0),
                 row(case, "records never applied", [ours["never"]], higher_is_better=False,

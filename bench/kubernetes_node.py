@@ -59,6 +59,10 @@ next job starts once the pods are gone.
    victim's end. Details: the victim pod's deletion and container end as the watch saw
    them, the relaunch, the new pod's phases, the new worker's first log line and
    TensorFlow import. Ratio local / Kubernetes.
+2b. The same with one standby worker (`standby_workers=1`, issue 37): a pod at the
+   lowest priority / a process, ready (model built, step traced) and given no work,
+   takes the lost worker's place; STANDBY_REPEATS times on each side. Target: the
+   median kill -> replacement's first step on the node at most 2.5 s.
 3. Steady-state samples/s of the throughput jobs (THROUGHPUT_EPOCHS epochs, for a window
    of several seconds), from the journal as throughput.py measures it
    (`workloads.steady_state`: from the first `loss` after every worker has sent one to
@@ -112,6 +116,7 @@ WORKERS, PS = 2, 1
 THROUGHPUT_EPOCHS = {True: 150, False: 300}  # by --quick: a steady window of ~4-8 s
 WARMUP_EPOCHS = 20
 FAULT_EPOCHS = 2000  # the fault job must outlast the replacement's start
+STANDBY_REPEATS = 3  # fault jobs with a standby worker, per side (a median of 3)
 STEADY = 3.0  # seconds both workers have reported losses before the kill
 TIMEOUT = 300.0  # seconds any one wait for a job may take
 LOCAL, K8S = "local", "kubernetes"
@@ -307,7 +312,7 @@ class Sides:
             time.sleep(0.2)
 
 
-def start(w: workloads.Workload, sides: Sides, side: str, name: str, epochs: int):
+def start(w: workloads.Workload, sides: Sides, side: str, name: str, epochs: int, **more):
     t0 = time.time()
     job = w.train(
         workers=WORKERS,
@@ -315,6 +320,7 @@ def start(w: workloads.Workload, sides: Sides, side: str, name: str, epochs: int
         epochs=epochs,
         name=name,
         **sides.options(side),
+        **more,
     )
     return job, t0, time.time() - t0
 
@@ -391,8 +397,10 @@ def throughput_job(w, sides: Sides, side: str, tag: str, epochs: int) -> dict:
     return out
 
 
-def fault_job(w, sides: Sides, side: str, tag: str, victim: int) -> dict:
-    job, t0, returned = start(w, sides, side, f"bench-{side[:3]}-fault-{tag}", FAULT_EPOCHS)
+def fault_job(w, sides: Sides, side: str, tag: str, victim: int, standby: int = 0) -> dict:
+    name = f"bench-{side[:3]}-{'standby' if standby else 'fault'}-{tag}"
+    more = {"standby_workers": standby} if standby else {}
+    job, t0, returned = start(w, sides, side, name, FAULT_EPOCHS, **more)
     out: dict[str, Any] = {"job": job.name, "victim": victim}
     t_kill = new_id = None
     try:
@@ -557,6 +565,32 @@ def attempt(what: str, fn, *args) -> dict:
 # ---------------------------------------------------------------------------- main
 
 
+def standby_rows(runs: dict[str, list[dict]]) -> list[dict]:
+    """Kill to the replacement's first step when a standby worker takes the place."""
+
+    def col(side: str) -> list:
+        return [
+            r["recovery"]["kill_to_replacement_first_step_s"]
+            for r in runs[side]
+            if (r.get("recovery") or {}).get("kill_to_replacement_first_step_s") is not None
+        ]
+
+    return [
+        harness.row(
+            f"{CASE}: worker pod deleted vs process SIGKILLed, one standby worker",
+            "kill to replacement's first step",
+            col(K8S),
+            col(LOCAL),
+            unit="s",
+            baseline_label=f"{LOCAL_LABEL}, one standby worker",
+            higher_is_better=False,
+            limit=2.5,
+            note="the standby (ready, given no work) takes the place; limit on the node's "
+            "slowest run",
+        )
+    ]
+
+
 def build_rows(runs: dict[str, list[dict]], epochs: int, w: workloads.Workload) -> list[dict]:
     def col(side: str, *path: str) -> list:
         out = []
@@ -642,6 +676,7 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
     harness.log(f"real node up: { {k: round(v, 1) for k, v in session.seconds.items()} } s")
     timeline = None
     runs: dict[str, list[dict]] = {LOCAL: [], K8S: []}
+    standby_runs: dict[str, list[dict]] = {LOCAL: [], K8S: []}
     details: dict[str, Any] = {"node_start_s": dict(session.seconds)}
     try:
         namespace = session.job_namespace()
@@ -666,6 +701,11 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
                 what = f"repeat {rep + 1}/{reps}: fault job, {side}"
                 out = attempt(what, fault_job, w, sides, side, str(rep), rep % WORKERS)
                 runs[side].append({"kind": "fault", **out})
+        for rep in range(STANDBY_REPEATS):
+            for side in (LOCAL, K8S) if rep % 2 == 0 else (K8S, LOCAL):
+                what = f"repeat {rep + 1}/{STANDBY_REPEATS}: fault job with a standby, {side}"
+                out = attempt(what, fault_job, w, sides, side, str(rep), rep % WORKERS, 1)
+                standby_runs[side].append({"kind": "standby fault", **out})
     finally:
         if timeline is not None:
             timeline.stop()
@@ -683,6 +723,7 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
             details["node_logs"] = str(kept)
             harness.log(f"a run failed: the node's logs are kept in {kept}")
     details["runs"] = runs
+    details["standby_runs"] = standby_runs
     details["job"] = {
         "model": w.title,
         "records": w.records,
@@ -695,7 +736,7 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
         "pod_resources": small_resources(),
         "steady_before_kill_s": STEADY,
     }
-    return build_rows(runs, epochs, w), details
+    return build_rows(runs, epochs, w) + standby_rows(standby_runs), details
 
 
 def main() -> int:

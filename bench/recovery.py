@@ -8,8 +8,10 @@ The job: the CTR model of examples/model_zoo/ctr.py on make_ctr_data(153,600), 3
 2 workers + 1 PS, batch 256, 4 minibatches per task, PS checkpoint every 100 updates,
 record_ledger=True: 1,800 steps. Per repeat, one after the other: SIGKILL of a random
 worker at a random step; the same job without a kill (the baseline: given more epochs so
-that it cannot end early, and stopped once the window it is compared on has passed);
-SIGKILL of the PS at a random step. Kill steps are drawn from 20-35 % of the job's steps
+that it cannot end early, and stopped BASELINE_WINDOWS windows after the kill's time);
+the same kill with no replacement (`max_worker_relaunches=0`: what the kill itself costs
+the survivor, without a new worker starting beside it on the two cores); SIGKILL of the
+PS at a random step. Kill steps are drawn from 20-35 % of the job's steps
 by an RNG seeded with --seed or ELASTICDL_NB_FAULT_SEED (random otherwise; printed), and
 a kill also waits until both workers have trained for STEADY (4) seconds.
 
@@ -84,6 +86,7 @@ RECORDS, EPOCHS, BATCH, PER_TASK, CHECKPOINT_STEPS = 153_600, 3, 256, 4, 100
 STEPS = RECORDS * EPOCHS // BATCH
 BEFORE, WINDOW = 3.0, 5.0  # seconds before a kill (normal step time), after it (gaps, rate)
 STEADY = 4.0  # seconds both workers must have trained before a kill
+BASELINE_WINDOWS = 4  # the run without a kill lasts this many windows past the kill's time
 FAULT_SEED_ENV = "ELASTICDL_NB_FAULT_SEED"
 
 
@@ -176,10 +179,12 @@ def run_job(
     at_step: int = 0,
     victim: int = 0,
     stop_after: float | None = None,
+    **options: Any,
 ) -> dict:
     """One job. `kill`: 'worker' or 'ps' to SIGKILL instance `victim` past `at_step`;
     `stop_after`: stop the job that many seconds after both workers have stepped (it gets
-    more epochs, so that it cannot end sooner on a fast moment of a shared machine)."""
+    more epochs, so that it cannot end sooner on a fast moment of a shared machine);
+    `options`: more of `edl.train`'s."""
     stamp_dir = home / f"stamps-{tag}"
     stamp_dir.mkdir()
     job = edl.train(
@@ -195,6 +200,7 @@ def run_job(
         checkpoint_steps=CHECKPOINT_STEPS,
         record_ledger=True,
         name=f"recovery-{tag}",
+        **options,
     )
     out: dict[str, Any] = {"job": job.name, "kill": kill or "none"}
     try:
@@ -343,8 +349,22 @@ def analyse_worker_kill(run: dict, base: dict | None) -> tuple[dict, dict]:
     baseline = {
         **gap_figures(base["stamps"][survivor], t_base),
         "job_steps_per_s": job_rate(base["stamps"], t_base),
+        "window_longest_gaps_ms": window_maxima(base["stamps"][survivor], base["t_steady"]),
     }
     return ours, baseline
+
+
+def window_maxima(ts: np.ndarray, t_from: float) -> list[float]:
+    """The longest gap in each WINDOW-long stretch of a run without a kill, one after
+    another from `t_from`: how much the longest gap of one window varies by itself."""
+    out = []
+    start = t_from
+    while start + WINDOW <= ts[-1]:
+        inside = ts[(ts >= start) & (ts < start + WINDOW)]
+        if len(inside) > 2:
+            out.append(float(np.diff(inside).max()) * 1e3)
+        start += WINDOW
+    return out
 
 
 def analyse_ps_kill(run: dict) -> dict:
@@ -383,8 +403,10 @@ def analyse_ps_kill(run: dict) -> dict:
 
 
 def build_rows(runs: dict[str, list[dict]]) -> list[dict]:
-    wk, ps = runs["worker"], runs["ps"]
+    wk, ps, alone = runs["worker"], runs["ps"], runs["worker_alone"]
     a, base, b = [r["ours"] for r in wk], [r["base"] for r in wk], [r["ours"] for r in ps]
+    lone, lone_base = [r["ours"] for r in alone], [r["base"] for r in alone]
+    windows = [g for x in base for g in x.get("window_longest_gaps_ms", [])]
     boundary = [
         x["task_boundary_step_ms"] / x["normal_step_ms"] if x.get("normal_step_ms") else None
         for x in base
@@ -423,6 +445,25 @@ def build_rows(runs: dict[str, list[dict]]) -> list[dict]:
             unit="ms",
             higher_is_better=False,
             **same,
+        ),
+        row(
+            f"{w_case}, no replacement (max_worker_relaunches=0)",
+            "longest progress gap",
+            col(lone, "longest_gap_ms"),
+            col(lone_base, "longest_gap_ms"),
+            unit="ms",
+            higher_is_better=False,
+            **same,
+            note="what the kill costs the survivor without a new worker starting beside it",
+        ),
+        row(
+            f"no kill, {CASE}",
+            f"longest progress gap of one {WINDOW:.0f} s window",
+            windows,
+            unit="ms",
+            higher_is_better=False,
+            note=f"{BASELINE_WINDOWS} windows one after another per run without a kill: "
+            "how much one window's longest gap varies by itself",
         ),
         row(
             w_case,
@@ -514,7 +555,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="edl-recovery-"))
     os.environ["ELASTICDL_NB_HOME"] = str(home)  # the jobs' registry: not ~/.elasticdl-nb
     data = CTR.make_ctr_data(RECORDS)[:2]
-    runs: dict[str, list[dict]] = {"worker": [], "none": [], "ps": []}
+    runs: dict[str, list[dict]] = {"worker": [], "worker_alone": [], "none": [], "ps": []}
     failures: list[str] = []
 
     def attempt(scenario: str, tag: str, *args: Any, **kwargs: Any) -> dict | None:
@@ -540,8 +581,15 @@ def main() -> None:
             run = attempt("worker", f"worker-{rep}", "worker", step, victim)
             if run:
                 offset = run["t_kill"] - run["t_steady"]
-                log(f"repeat {rep + 1}/{repeats}: no kill (until {offset + WINDOW:.1f} s)")
-                run["base_run"] = attempt("none", f"none-{rep}", stop_after=offset + WINDOW)
+                until = offset + BASELINE_WINDOWS * WINDOW
+                log(f"repeat {rep + 1}/{repeats}: no kill (until {until:.1f} s)")
+                run["base_run"] = attempt("none", f"none-{rep}", stop_after=until)
+            log(f"repeat {rep + 1}/{repeats}: SIGKILL worker {victim}, no replacement")
+            lone = attempt(
+                "worker_alone", f"alone-{rep}", "worker", step, victim, max_worker_relaunches=0
+            )
+            if lone and run and run.get("base_run"):
+                lone["base_run"] = run["base_run"]
             step = rng.randint(lo, hi)
             log(f"repeat {rep + 1}/{repeats}: SIGKILL the PS past step {step}")
             attempt("ps", f"ps-{rep}", "ps", step)
@@ -551,7 +599,7 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
     elapsed = time.perf_counter() - t_start
 
-    for run in runs["worker"]:
+    for run in runs["worker"] + runs["worker_alone"]:
         run["ours"], run["base"] = analyse_worker_kill(run, run.pop("base_run", None))
         log(f"worker kill: {run['ours']}\n  no kill, same window: {run['base']}")
     for run in runs["ps"]:

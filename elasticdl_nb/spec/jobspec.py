@@ -186,6 +186,13 @@ class JobSpec:
         minimum=0,
     )
     max_ps_relaunches: int = _opt(5, "Relaunches of crashed parameter servers.", minimum=0)
+    standby_workers: int = _opt(
+        0,
+        "Workers kept started and ready (the model built, its step traced) but given no "
+        "work, at the lowest priority: one takes a lost worker's place at once instead of "
+        "a new one starting ('ps' strategy). Each holds a worker's memory while it waits.",
+        minimum=0,
+    )
     pending_timeout: int = _opt(
         600,
         "Seconds an instance may wait to be scheduled or started before the job is told: "
@@ -337,6 +344,12 @@ class JobSpec:
             raise SpecError(
                 "grads_to_wait= (synchronous PS) needs each gradient computed on the newest "
                 "version, and overlap_communication=True computes on one update old: drop one."
+            )
+        if self.standby_workers and self.strategy != Strategy.PS:
+            raise SpecError(
+                "standby_workers= keeps workers ready to take a lost one's place in a 'ps' "
+                "job; an allreduce group takes in a new member with the model handed over "
+                "(it cannot wait outside the group). Drop standby_workers= or use strategy='ps'."
             )
         if self.min_workers > self.workers:
             raise SpecError(

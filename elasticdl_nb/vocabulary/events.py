@@ -128,7 +128,8 @@ class InstanceData(TypedDict, total=False):
     """What happened to a worker or PS (`kind`: an `InstanceState`), with what is known:
     its pid, exit code, signal and reason, and whether the master expected it (a
     retired worker); a worker above its range's MIN is `elastic` (the lowest
-    priority). A PS that is up again says the version it restored, its address and
+    priority), a `standby` one waits, ready, for a lost worker's place (the lowest
+    priority too). A PS that is up again says the version it restored, its address and
     incarnation."""
 
     role: Required[str]
@@ -143,6 +144,7 @@ class InstanceData(TypedDict, total=False):
     address: str
     incarnation: int
     elastic: bool
+    standby: bool
 
 
 class PendingTooLongData(TypedDict):
@@ -201,7 +203,8 @@ class GrowthData(TypedDict):
 
 class RelaunchData(TypedDict, total=False):
     """An instance is relaunched (a worker under a new id, a PS under its own), with the
-    crash budget spent so far."""
+    crash budget spent so far; `promoted`: a standby worker, ready already, took the lost
+    one's place (no new process or pod for it)."""
 
     role: Required[str]
     id: Required[int]
@@ -209,6 +212,7 @@ class RelaunchData(TypedDict, total=False):
     reason: str
     worker_crashes: int
     ps_crashes: int
+    promoted: bool
 
 
 class RelaunchRefusedData(TypedDict, total=False):

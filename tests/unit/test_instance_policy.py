@@ -142,3 +142,47 @@ def test_ending_a_worker_returns_at_once_and_a_refused_kill_is_tried_again(monke
     assert time.monotonic() - started < 0.1  # (each try takes 0.2 s)
     assert answered.wait(5), "the kill was not tried again"
     assert launcher.killed == [("worker", 0, True)] and not refusals and failures == []
+
+
+def test_a_ready_standby_takes_a_lost_worker_s_place_and_another_stands_by():
+    launcher, failures, woken = Launcher([]), [], []
+    instances, journal = manager(
+        launcher, failures, standby=2, on_work_for=lambda: woken.append(True)
+    )
+    # worker 0 trains; 1 and 2 stand by, at the lowest priority; 2 asked for work first.
+    assert launcher.launched == [("ps", 0), ("worker", 0), ("worker", 1), ("worker", 2)]
+    assert launcher.elastic == {1, 2} and instances.active_workers() == [0]
+    for worker_id in (0, 1, 2):
+        instances.on_event(InstanceEvent("worker", worker_id, InstanceState.RUNNING))
+    assert instances.stands_by(2) and not instances.takes_work(2) and instances.takes_work(0)
+    instances.on_event(InstanceEvent("worker", 0, InstanceState.KILLED, exit_code=-9))
+    [relaunch] = [e.data for e in journal.read(0, follow=False) if e.kind == "relaunch"]
+    assert relaunch["id"] == 2 and relaunch["replaces"] == 0 and relaunch["promoted"]
+    assert woken and instances.takes_work(2) and instances.active_workers() == [2]
+    assert launcher.launched[-1] == ("worker", 3) and 3 in launcher.elastic
+    assert sorted(instances.standby_ids()) == [1, 3]
+    # A standby that dies holds no work: another stands by, nothing is promoted.
+    instances.on_event(
+        InstanceEvent("worker", 1, InstanceState.PREEMPTED, reason="by the scheduler")
+    )
+    assert [e.data["id"] for e in journal.read(0, follow=False) if e.kind == "relaunch"] == [2]
+    assert launcher.launched[-1] == ("worker", 4) and sorted(instances.standby_ids()) == [3, 4]
+    assert not failures
+
+    # A master that takes over knows who stands by and who was promoted, from the journal.
+    for worker_id in (3, 4):  # (as the backend reports them)
+        instances.on_event(InstanceEvent("worker", worker_id, InstanceState.STARTED))
+    again = InstanceManager(
+        lambda on_event: Launcher([]),
+        Journal(),
+        workers=1,
+        ps=1,
+        standby=2,
+        max_worker_relaunches=1,
+        max_ps_relaunches=1,
+        on_worker_lost=lambda worker_id: None,
+        on_job_failed=failures.append,
+    )
+    for event in journal.read(0, follow=False):
+        again.replay(event.kind, event.data)
+    assert again.active_workers() == [2] and sorted(again.standby_ids()) == [3, 4]

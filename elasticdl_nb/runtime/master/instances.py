@@ -8,6 +8,9 @@ The same for every backend: the launcher only starts, kills and reports. Here we
   priority and the rest `elastic` (the backend's lowest priority, so a scheduler preempts
   them first); a replacement takes the tier its job lacks; scaling down retires elastic
   workers first. Whether enough run to train is the worker floor's (`worker_floor.py`);
+- standby workers (`standby`): that many more workers start, at the lowest priority,
+  get ready (model built, step traced) and are given no work; a lost worker's place goes
+  to one of them at once (`promoted`), and another standby starts in its place;
 - parameter servers: a lost PS is relaunched under the same id (so it owns the same
   shard) and restores its newest checkpoint; until it reports where it serves, the
   master gives no address for it (`on_ps_lost`);
@@ -60,6 +63,8 @@ class Instance:
     replaces: int | None = None
     waiting: str = ""  # why it has not started yet (pending events)
     elastic: bool = False  # a worker above its range's MIN: launched at the lowest priority
+    standby: bool = False  # ready, given no work, for a lost worker's place (lowest priority)
+    asked: bool = False  # (a standby) it has asked for work: built and ready
 
 
 @dataclass
@@ -93,9 +98,11 @@ class InstanceManager:
         min_workers: int = 0,
         max_worker_relaunches: int,
         max_ps_relaunches: int,
+        standby: int = 0,
         on_worker_lost: Callable[[int], None],
         on_ps_lost: Callable[[int], None] = lambda ps_id: None,
         on_job_failed: Callable[[str], None],
+        on_work_for: Callable[[], None] = lambda: None,
         lock: threading.RLock | None = None,
         pending_timeout: float = 600.0,
         log_tail: Callable[[str, int, int], str] = lambda role, instance_id, lines: "",
@@ -107,9 +114,11 @@ class InstanceManager:
         self.num_ps = ps
         self.max_worker_relaunches = max_worker_relaunches
         self.max_ps_relaunches = max_ps_relaunches
+        self.standby_workers = standby  # how many to keep ready
         self._on_worker_lost = on_worker_lost
         self._on_ps_lost = on_ps_lost
         self._on_job_failed = on_job_failed
+        self._on_work_for = on_work_for  # a standby may take work now: wake its ask
         self.pending_timeout = pending_timeout
         self._log_tail = log_tail  # (role, id, lines) -> the end of that instance's log
         self._ceiling = ceiling  # the most to ask for now, below MAX (growth.py), or None
@@ -132,8 +141,24 @@ class InstanceManager:
             ]
 
     def active_workers(self) -> list[int]:
-        """Workers that are running and not being retired."""
-        return [i.instance_id for i in self.live(Role.WORKER) if not i.expected_exit]
+        """Workers that are running and not being retired (nor standing by)."""
+        return [
+            i.instance_id for i in self.live(Role.WORKER) if not i.expected_exit and not i.standby
+        ]
+
+    def standby_ids(self) -> list[int]:
+        """Standby workers that are started or running."""
+        return [i.instance_id for i in self.live(Role.WORKER) if i.standby and not i.expected_exit]
+
+    def stands_by(self, worker_id: int) -> bool:
+        """Whether the worker is a standby, which asks for work only to be told to wait
+        (a standby that asks is ready: it is the first to take a lost worker's place)."""
+        with self._lock:
+            inst = self.instances.get((Role.WORKER, worker_id))
+            if inst is None or not inst.standby:
+                return False
+            inst.asked = True
+            return True
 
     def pending_workers(self) -> dict[int, str]:
         """Workers waiting to be scheduled or started, and why (the scheduler's words)."""
@@ -141,8 +166,14 @@ class InstanceManager:
             return {
                 i.instance_id: i.waiting
                 for i in self.live(Role.WORKER)
-                if i.state == InstanceState.PENDING and not i.expected_exit
+                if i.state == InstanceState.PENDING and not i.expected_exit and not i.standby
             }
+
+    def wanted(self, worker_id: int) -> bool:
+        """Whether the worker is to stay: known, not retiring, not ended (a standby too)."""
+        with self._lock:
+            inst = self.instances.get((Role.WORKER, worker_id))
+            return inst is not None and not inst.expected_exit and inst.state not in INSTANCE_ENDED
 
     def takes_work(self, worker_id: int) -> bool:
         """Whether the worker may be given tasks: known, not retiring, and not ended. A
@@ -150,7 +181,7 @@ class InstanceManager:
         died, waiting for work): a task given to it then would be lost for good."""
         with self._lock:
             inst = self.instances.get((Role.WORKER, worker_id))
-            return inst is not None and not inst.expected_exit and inst.state not in INSTANCE_ENDED
+            return self.wanted(worker_id) and not inst.standby
 
     def table(self) -> list[dict]:
         with self._lock:
@@ -161,6 +192,7 @@ class InstanceManager:
                     "state": i.state,
                     "pid": i.pid,
                     "exit_reason": i.exit_reason,
+                    **({"standby": True} if i.standby else {}),
                 }
                 for i in self.instances.values()
             ]
@@ -203,6 +235,8 @@ class InstanceManager:
         active, asked = self.active_workers(), self.asked_workers
         for _ in range(asked - len(active)):
             self._launch(Role.WORKER, self._take_worker_id())
+        for _ in range(self.standby_workers - len(self.standby_ids())):
+            self._launch(Role.WORKER, self._take_worker_id(), standby=True)
         extra = max(0, len(active) - asked)
         by_tier = sorted(
             active, key=lambda w: (self.instances[(Role.WORKER, w)].elastic, w), reverse=True
@@ -257,10 +291,13 @@ class InstanceManager:
         self._next_worker_id += 1
         return worker_id
 
-    def _launch(self, role: Role, instance_id: int, replaces: int | None = None) -> None:
+    def _launch(
+        self, role: Role, instance_id: int, replaces: int | None = None, standby: bool = False
+    ) -> None:
         with self._lock:
-            elastic = role == Role.WORKER and self._elastic_next()
-            self._known(role, instance_id, replaces).elastic = elastic
+            elastic = standby or (role == Role.WORKER and self._elastic_next())
+            inst = self._known(role, instance_id, replaces)
+            inst.elastic, inst.standby = elastic, standby
         self.launcher.launch(role, instance_id, elastic=elastic)
 
     def shutdown(self, grace_seconds: float = 5.0, drain_seconds: float = 3.0) -> None:
@@ -301,6 +338,8 @@ class InstanceManager:
             if event.ended:
                 inst.exit_reason = event.reason or event.kind
             tier = {"elastic": True} if inst.elastic else {}
+            if inst.standby:
+                tier["standby"] = True
             self.journal.append(
                 EventKind.INSTANCE, **event.to_dict(), expected=inst.expected_exit, **tier
             )
@@ -319,6 +358,12 @@ class InstanceManager:
 
     def _worker_ended(self, inst: Instance, event: InstanceEvent) -> None:
         self._on_worker_lost(inst.instance_id)
+        if inst.standby:  # it held no work: another takes its place in reserve
+            if event.kind not in (InstanceState.PREEMPTED, InstanceState.DELETED):
+                self.counts.worker_crashes += 1
+            if self.counts.worker_crashes <= self.max_worker_relaunches or inst.expected_exit:
+                self._converge()
+            return
         if inst.expected_exit or event.kind == InstanceState.SUCCEEDED:
             self._converge()
             return
@@ -345,8 +390,23 @@ class InstanceManager:
                         f"{self._last_lines(inst)}"
                     )
                 return
-        new_id = self._take_worker_id()
         self.counts.relaunches[Role.WORKER] += 1
+        standby = self._ready_standby()
+        if standby is not None:  # ready already: its place in reserve is filled anew
+            standby.standby, standby.replaces = False, inst.instance_id
+            self.journal.append(
+                EventKind.RELAUNCH,
+                role=Role.WORKER,
+                id=standby.instance_id,
+                replaces=inst.instance_id,
+                reason=inst.exit_reason,
+                promoted=True,
+                **self._crashes(),
+            )
+            self._on_work_for()
+            self._converge()
+            return
+        new_id = self._take_worker_id()
         self.journal.append(
             EventKind.RELAUNCH,
             role=Role.WORKER,
@@ -356,6 +416,14 @@ class InstanceManager:
             **self._crashes(),
         )
         self._launch(Role.WORKER, new_id, replaces=inst.instance_id)
+
+    def _ready_standby(self) -> Instance | None:
+        """The standby to take a lost worker's place: one that asked for work (ready),
+        else one that runs, else one that was started; None if there is none."""
+        waiting = [self.instances[(Role.WORKER, w)] for w in self.standby_ids()]
+        order = {InstanceState.RUNNING: 1}
+        waiting.sort(key=lambda i: (i.asked, order.get(i.state, 0), -i.instance_id))
+        return waiting[-1] if waiting else None
 
     def _ps_ended(self, inst: Instance, event: InstanceEvent) -> None:
         if inst.expected_exit:
@@ -399,7 +467,11 @@ class InstanceManager:
             self.counts.ps_crashes = data.get("ps_crashes", self.counts.ps_crashes)
             if kind == EventKind.RELAUNCH:
                 self.counts.relaunches[data["role"]] += 1
-                self._known(data["role"], data["id"], replaces=data["replaces"])
+                promoted = self.instances.get((data["role"], data["id"]))
+                if data.get("promoted") and promoted is not None:
+                    promoted.standby, promoted.replaces = False, data["replaces"]
+                else:
+                    self._known(data["role"], data["id"], replaces=data["replaces"])
         elif kind == EventKind.INSTANCE and "address" not in data:  # (not a PS's own ready)
             inst = self.instances.get((data["role"], data["id"])) or self._known(
                 data["role"], data["id"]
@@ -411,6 +483,7 @@ class InstanceManager:
                 inst.pid = data.get("pid") or inst.pid
                 inst.expected_exit |= data.get("expected", False)
                 inst.elastic |= data.get("elastic", False)
+                inst.standby = data.get("standby", False)
                 if inst.state == InstanceState.PENDING:
                     inst.waiting = data.get("reason", "")
                 if inst.state in INSTANCE_ENDED:

@@ -137,9 +137,11 @@ class JobMaster:
             ps=spec.parameter_servers,
             max_worker_relaunches=spec.max_worker_relaunches,
             max_ps_relaunches=spec.max_ps_relaunches,
+            standby=spec.standby_workers,
             on_worker_lost=self.worker_lost,
             on_ps_lost=self.strategy.ps_lost,
             on_job_failed=self.fail,
+            on_work_for=lambda: self.work_changed(),  # (the desk is made after this)
             lock=self.lock,
             pending_timeout=spec.pending_timeout,
             log_tail=JobDir(self.job_dir).log_tail,
@@ -295,6 +297,11 @@ class JobMaster:
                     {"id": worker, "reason": why} for worker, why in sorted(pending.items())
                 ],
                 "waiting_for_workers": self.floor.held(),
+                **(
+                    {"standby_workers": len(self.instances.standby_ids())}
+                    if self.spec.standby_workers
+                    else {}
+                ),
                 **({"growth": self.growth.status()} if self.growth else {}),
                 "ps": self.spec.parameter_servers,
                 "instances": self.instances.table(),

@@ -63,6 +63,12 @@ class TaskDesk:
                     return pb.Task(type=pb.NONE, wait_seconds=0.0)
                 if job.state in MASTER_END_STATES:
                     return pb.Task(type=pb.FINISHED)
+                if job.instances.stands_by(worker_id):  # no work, until it is promoted
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return pb.Task(type=pb.NONE, wait_seconds=0.0)  # (it asks again)
+                    self.work.wait(left)
+                    continue
                 if not job.instances.takes_work(worker_id):
                     return job.strategy.task_for_unwanted(worker_id)
                 job.floor.asked(worker_id)
@@ -144,7 +150,7 @@ class TaskDesk:
     def _progress_response(self, worker_id: int) -> pb.ProgressResponse:
         job = self._job
         stop = job.state in MASTER_END_STATES or (
-            job.strategy.stops_unwanted_on_report and not job.instances.takes_work(worker_id)
+            job.strategy.stops_unwanted_on_report and not job.instances.wanted(worker_id)
         )
         return pb.ProgressResponse(stop=stop)
 

@@ -64,6 +64,7 @@ def main() -> None:
                 reporter,
                 lambda: master.GetPsAddresses(pb.Empty(), timeout=10).addresses,
             )
+            trainer.prepare()
             _serve(TaskRequests(master, worker_id), trainer, reporter)
     except UserCodeError as exc:
         log.error("user code failed: %s", exc)

@@ -151,6 +151,19 @@ class Trainer:
         except (DataError, Exception) as exc:
             raise user_code_error(exc) from exc
 
+    def prepare(self) -> None:
+        """Get ready before the first task: the model built on the training data's first
+        minibatch, its step traced, its values offered to the PS. A standby worker is
+        then ready the moment it takes a lost worker's place, and any worker's first
+        task starts with a step."""
+        try:
+            batch = first_batch(self.train_batches, Mode.TRAINING)
+            self._ensure_built(batch.features, batch.labels)
+        except (grpc.RpcError, PeerUnreachable, WrongPeer):
+            raise  # infrastructure: exit non-zero (process.py says which code)
+        except (DataError, Exception) as exc:
+            raise user_code_error(exc) from exc
+
     def _ensure_built(self, features, labels=None) -> None:
         """Build the model on the first minibatch and offer its initial values to the PS.
         Given a training minibatch's labels, the train step is traced meanwhile: the PS

@@ -168,6 +168,7 @@ class JobView:
         self.last_change: tuple[str, float] | None = None  # (cause, seconds)
         self.stragglers: dict[int, dict] = {}  # worker -> its `straggler` event's data
         self._live: set[int] = set()  # workers started or running
+        self._standby: set[int] = set()  # standby workers started or running (no work yet)
         self._pending: dict[int, str] = {}  # workers waiting to be scheduled -> why
         self.master_restarts = 0
         self.timeline = Timeline()
@@ -315,7 +316,9 @@ class JobView:
             row.pid = d["pid"]
         live = d["kind"] in (InstanceState.STARTED, InstanceState.RUNNING)
         if d["role"] == Role.WORKER:
-            (self._live.add if live else self._live.discard)(row.id)
+            standing_by = live and d.get("standby", False)
+            (self._standby.add if standing_by else self._standby.discard)(row.id)
+            (self._live.add if live and not standing_by else self._live.discard)(row.id)
             if d["kind"] == InstanceState.PENDING:
                 self._pending[row.id] = d.get("reason", "")
             else:
@@ -351,10 +354,13 @@ class JobView:
         if d["id"] == d["replaces"]:  # a PS comes back under its own id
             old.restarts += 1
             old.state = RELAUNCHING
-        else:  # a worker is replaced by a new one
+        else:  # a worker is replaced by a new one (or by a standby, ready already)
             new = self._row(d["role"], d["id"])
             new.restarts = old.restarts + 1
             new.replaces = old.id
+            if d.get("promoted") and new.id in self._standby:
+                self._standby.discard(new.id)
+                self._live.add(new.id)
         self.instances_version += 1
 
     _HANDLERS: ClassVar[dict[str, Callable[[JobView, Event], None]]] = {
@@ -487,13 +493,15 @@ class JobView:
 
     def workers_summary(self) -> dict[str, Any]:
         """Live, pending and desired workers, a range's MIN, why the newest pending one
-        waits, whether training waits for workers, and what the growth policy does."""
+        waits, whether training waits for workers, what the growth policy does, and the
+        standby workers (`standby`, when there are some)."""
         pending = self.pending_workers()
         return {
             "live": self.live_workers(),
             "desired": self.workers or 0,
             "min": self.min_workers,
             "pending": len(pending),
+            **({"standby": len(self._standby)} if self._standby else {}),
             "pending_reason": pending[max(pending)] if pending else "",
             "waiting": self.waiting_for_workers(),
             "growth": self.growth_text(),

@@ -194,7 +194,9 @@ _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
         f"{d['role']} {d['id']} ran out of memory: next {d['role']}s get {d['memory']}"
     ),
     EventKind.RELAUNCH: lambda d: (
-        f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
+        f"standby worker {d['id']} takes the place of {d['replaces']} ({d['reason']})"
+        if d.get("promoted")
+        else f"relaunched {d['role']} {d['id']} (replacing {d['replaces']}: {d['reason']})"
     ),
     EventKind.RELAUNCH_REFUSED: lambda d: f"not relaunching {d['role']} {d['id']}: {d['reason']}",
     EventKind.REQUEUE: lambda d: (
