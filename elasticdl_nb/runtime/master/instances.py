@@ -176,7 +176,8 @@ class InstanceManager:
             return inst is not None and not inst.expected_exit and inst.state not in INSTANCE_ENDED
 
     def takes_work(self, worker_id: int) -> bool:
-        """Whether the worker may be given tasks: known, not retiring, and not ended. A
+        """Whether the worker may be given tasks: known, not retiring, not ended, and
+        not standing by (a promoted standby keeps its pod's lowest priority). A
         dead worker's GetTask can still be in the master's hands (sent just before it
         died, waiting for work): a task given to it then would be lost for good."""
         with self._lock:
