@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import setproctitle
@@ -158,7 +159,7 @@ class ForkServer:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
-            code = _exit_code(exc.code)
+            code = exit_code(exc.code)
         except BaseException:  # noqa: BLE001 - the child's end: say why, in its log
             traceback.print_exc()
         finally:
@@ -170,20 +171,26 @@ class ForkServer:
             os._exit(code)
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
-            returncode = os.waitstatus_to_exitcode(status)
+        for pid, returncode in reap(self.children):
             self.sock.sendall(encode({"op": "ended", "pid": pid, "returncode": returncode}))
 
 
-def _exit_code(code: object) -> int:
+def reap(children: set[int]) -> Iterator[tuple[int, int]]:
+    """(pid, returncode) of each of `children` that ended, taken out of the set, without
+    waiting (`Popen.returncode`'s convention: -N for killed by signal N)."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        yield pid, os.waitstatus_to_exitcode(status)
+
+
+def exit_code(code: object) -> int:
     """`sys.exit(code)`'s status, as the interpreter would exit with it."""
     if code is None:
         return 0

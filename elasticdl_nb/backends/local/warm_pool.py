@@ -42,7 +42,7 @@ from typing import Any
 
 import setproctitle
 
-from elasticdl_nb.backends.local.forkserver import ForkServer, preload
+from elasticdl_nb.backends.local.forkserver import ForkServer, exit_code, preload, reap
 from elasticdl_nb.backends.local.forkserver_link import FORK_SERVER_MODULE
 from elasticdl_nb.backends.local.supervisor_protocol import drain, wake_on_signals
 from elasticdl_nb.backends.local.warm_pool_link import fingerprint
@@ -212,7 +212,7 @@ class WarmPool:
             print(f"fork server of {job_dir}, forked by warm pool {os.getppid()}", flush=True)
             ForkServer(conn, job_dir).run()
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = exit_code(exc.code)
         except BaseException:  # noqa: BLE001 - the child's end: say why, in its log
             traceback.print_exc()
         finally:
@@ -221,15 +221,8 @@ class WarmPool:
             os._exit(code)
 
     def _reap(self) -> None:
-        while self.children:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.children.clear()
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
+        for _ in reap(self.children):
+            pass  # (nobody is told: a fork server's end reaches its supervisor itself)
 
 
 def _peer_uid(conn: socket.socket) -> int:

@@ -395,28 +395,25 @@ class InstanceManager:
         standby = self._ready_standby()
         if standby is not None:  # ready already: its place in reserve is filled anew
             standby.standby, standby.replaces = False, inst.instance_id
-            self.journal.append(
-                EventKind.RELAUNCH,
-                role=Role.WORKER,
-                id=standby.instance_id,
-                replaces=inst.instance_id,
-                reason=inst.exit_reason,
-                promoted=True,
-                **self._crashes(),
-            )
+            self._journal_relaunch(inst, standby.instance_id, promoted=True)
             self._on_work_for()
             self._converge()
             return
         new_id = self._take_worker_id()
+        self._journal_relaunch(inst, new_id)
+        self._launch(Role.WORKER, new_id, replaces=inst.instance_id)
+
+    def _journal_relaunch(self, lost: Instance, new_id: int, **more: bool) -> None:
+        """The journal's word that `new_id` takes lost's place, with the budget spent."""
         self.journal.append(
             EventKind.RELAUNCH,
-            role=Role.WORKER,
+            role=lost.role,
             id=new_id,
-            replaces=inst.instance_id,
-            reason=inst.exit_reason,
+            replaces=lost.instance_id,
+            reason=lost.exit_reason,
+            **more,
             **self._crashes(),
         )
-        self._launch(Role.WORKER, new_id, replaces=inst.instance_id)
 
     def _ready_standby(self) -> Instance | None:
         """The standby to take a lost worker's place: one that asked for work (ready),
@@ -443,14 +440,7 @@ class InstanceManager:
             )
             return
         self.counts.relaunches[Role.PS] += 1
-        self.journal.append(
-            EventKind.RELAUNCH,
-            role=Role.PS,
-            id=inst.instance_id,
-            replaces=inst.instance_id,
-            reason=inst.exit_reason,
-            **self._crashes(),
-        )
+        self._journal_relaunch(inst, inst.instance_id)
         self._launch(Role.PS, inst.instance_id, replaces=inst.instance_id)
 
     # ------------------------------------------------------------------ a new master
