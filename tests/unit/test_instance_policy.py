@@ -24,7 +24,11 @@ class Launcher(RecordingLauncher):
         return self.memory_steps.pop(0) if self.memory_steps else None
 
 
-def manager(launcher, failures: list[str], **options) -> tuple[InstanceManager, Journal]:
+def manager(
+    launcher, failures: list[str], start: bool = True, **options
+) -> tuple[InstanceManager, Journal]:
+    """A manager over `launcher`; `start`: it launches the job's instances (a master that
+    takes over replays them instead)."""
     journal = Journal()
     instances = InstanceManager(
         lambda on_event: launcher,
@@ -37,7 +41,8 @@ def manager(launcher, failures: list[str], **options) -> tuple[InstanceManager, 
         on_job_failed=failures.append,
         **options,
     )
-    instances.start()
+    if start:
+        instances.start()
     return instances, journal
 
 
@@ -172,17 +177,7 @@ def test_a_ready_standby_takes_a_lost_worker_s_place_and_another_stands_by():
     # A master that takes over knows who stands by and who was promoted, from the journal.
     for worker_id in (3, 4):  # (as the backend reports them)
         instances.on_event(InstanceEvent("worker", worker_id, InstanceState.STARTED))
-    again = InstanceManager(
-        lambda on_event: Launcher([]),
-        Journal(),
-        workers=1,
-        ps=1,
-        standby=2,
-        max_worker_relaunches=1,
-        max_ps_relaunches=1,
-        on_worker_lost=lambda worker_id: None,
-        on_job_failed=failures.append,
-    )
+    again, _ = manager(Launcher([]), failures, start=False, standby=2)
     for event in journal.read(0, follow=False):
         again.replay(event.kind, event.data)
     assert again.active_workers() == [2] and sorted(again.standby_ids()) == [3, 4]
