@@ -152,3 +152,26 @@ def test_wait_with_a_timeout_returns_control_and_leaves_the_job_running(job_home
         job.wait(timeout=3, progress=False)
     assert job.status()["state"] == "running"
     assert job.stop()["state"] == "stopped"
+
+
+def test_wait_without_progress_follows_from_the_journals_end_not_its_start(job_home):
+    """Streaming a running job's whole journal costs its master the GIL its workers' calls
+    wait for (bench/recovery.py's kill gap); without a printer, `wait` reads none of it."""
+    (x, y), _ = digits_split()
+    job = edl.train(custom_model, **DIGITS, data=(x, y), workers=1, epochs=40)
+    wait_for_step(job, 20)
+    before = job.status()["events"]
+    assert before > 10
+    seen: list[int] = []
+    follow = job.events
+
+    def recorded(*args, **kwargs):
+        for event in follow(*args, **kwargs):
+            seen.append(event.seq)
+            yield event
+
+    job.events = recorded
+    assert job.wait(timeout=300, progress=False)["state"] == "succeeded"
+    assert seen and min(seen) >= before  # nothing older was streamed
+    last = next(follow(seen[-1], follow=False))  # where the wait ended: the job's end
+    assert last.kind == "job_state" and last.data["state"] == "succeeded"
