@@ -54,15 +54,22 @@ next job starts once the pods are gone.
    which the worker exits); local, SIGKILL of its process. t_kill is taken right before
    the call; the figure is t_kill to the first `loss` event of the worker whose
    `relaunch` event replaces the victim (recovery.py's "time to replacement's first
-   step"). The job has FAULT_EPOCHS epochs so that it outlasts this; it is ended right
-   after. Also a row of its first part: t_kill to the master's instance event of the
-   victim's end. Details: the victim pod's deletion and container end as the watch saw
+   step"). Also a row of its first part: t_kill to the master's instance event of the
+   victim's end, and of its last: the new pod's creation (the watch) / the new process's
+   `instance started` event to its first step (limit 4 s on the node). Every fault job
+   (here, 2b and 2c) has FAULT_EPOCHS epochs, PS checkpoints and `record_ledger=True`,
+   runs to its end, and its PS ledger is read: a row of records applied twice or never
+   (limit 0). Details: the victim pod's deletion and container end as the watch saw
    them, the relaunch, the new pod's phases, the new worker's first log line and
    TensorFlow import. Ratio local / Kubernetes.
 2b. The same with one standby worker (`standby_workers=1`, issue 37): a pod at the
    lowest priority / a process, ready (model built, step traced) and given no work,
    takes the lost worker's place; STANDBY_REPEATS times on each side. Target: the
    median kill -> replacement's first step on the node at most 2.5 s.
+2c. The PS lost instead (its pod deleted / its process SIGKILLed), PS_REPEATS times on
+   each side: kill to training resumed, the first `loss` event after the relaunched PS
+   restored its newest checkpoint (its `ps_restored` event). Details: its phases and the
+   updates the restore rolled back (redone).
 3. Steady-state samples/s of the throughput jobs (THROUGHPUT_EPOCHS epochs, for a window
    of several seconds), from the journal as throughput.py measures it
    (`workloads.steady_state`: from the first `loss` after every worker has sent one to
@@ -102,7 +109,7 @@ import harness  # noqa: E402
 
 harness.pin_threads()
 import workloads  # noqa: E402  (after the pins: it imports TensorFlow)
-from recovery import LOG_TIME, tf_imported  # noqa: E402  (the same reading of a log)
+from recovery import LOG_TIME, ledger_counts, tf_imported  # noqa: E402  (the same readings)
 
 import elasticdl_nb as edl  # noqa: E402
 from elasticdl_nb.backends import job_records  # noqa: E402
@@ -115,8 +122,10 @@ from tests.kubernetes import node_session  # noqa: E402
 WORKERS, PS = 2, 1
 THROUGHPUT_EPOCHS = {True: 150, False: 300}  # by --quick: a steady window of ~4-8 s
 WARMUP_EPOCHS = 20
-FAULT_EPOCHS = 2000  # the fault job must outlast the replacement's start
+FAULT_EPOCHS = 600  # ~15-25 s: past the replacement's start, then to its end (the ledger)
+CHECKPOINT_STEPS = 200  # the fault jobs' PS checkpoints (what a relaunched PS restores)
 STANDBY_REPEATS = 3  # fault jobs with a standby worker, per side (a median of 3)
+PS_REPEATS = 2  # fault jobs that lose the PS, per side
 STEADY = 3.0  # seconds both workers have reported losses before the kill
 TIMEOUT = 300.0  # seconds any one wait for a job may take
 LOCAL, K8S = "local", "kubernetes"
@@ -263,16 +272,17 @@ class Sides:
     def options(self, side: str) -> dict:
         return self.k8s if side == K8S else {}
 
-    def kill_worker(self, side: str, job: edl.Job, worker: int) -> float:
-        """Delete the worker's pod / SIGKILL its process; returns the time right before."""
+    def kill(self, side: str, job: edl.Job, role: str, index: int) -> float:
+        """Delete the worker's or PS's pod / SIGKILL its process; returns the time right
+        before."""
         if side == K8S:
             t = time.time()
-            self.core.delete_namespaced_pod(f"{job.name}-worker-{worker}", self.namespace)
+            self.core.delete_namespaced_pod(f"{job.name}-{role}-{index}", self.namespace)
             return t
         (pid,) = [
             i["pid"]
             for i in job.status()["instances"]
-            if i["role"] == "worker" and i["id"] == worker and i["pid"]
+            if i["role"] == role and i["id"] == index and i["pid"]
         ]
         t = time.time()
         os.kill(pid, signal.SIGKILL)
@@ -397,12 +407,29 @@ def throughput_job(w, sides: Sides, side: str, tag: str, epochs: int) -> dict:
     return out
 
 
-def fault_job(w, sides: Sides, side: str, tag: str, victim: int, standby: int = 0) -> dict:
-    name = f"bench-{side[:3]}-{'standby' if standby else 'fault'}-{tag}"
+def fault_job(
+    w, sides: Sides, side: str, tag: str, victim: int, standby: int = 0, role: str = "worker"
+) -> dict:
+    """A job of FAULT_EPOCHS whose `role` `victim` is killed once both workers have
+    trained for STEADY seconds; followed to the replacement's first step (a worker) or
+    to training resumed on the relaunched PS (its `instance running`, then the next
+    `loss`), then to the job's end, and its PS ledger checked: every record once."""
+    kind = "standby" if standby else ("fault" if role == "worker" else "psfault")
     more = {"standby_workers": standby} if standby else {}
-    job, t0, returned = start(w, sides, side, name, FAULT_EPOCHS, **more)
-    out: dict[str, Any] = {"job": job.name, "victim": victim}
+    job, t0, returned = start(
+        w,
+        sides,
+        side,
+        f"bench-{side[:3]}-{kind}-{tag}",
+        FAULT_EPOCHS,
+        checkpoint_steps=CHECKPOINT_STEPS,
+        record_ledger=True,
+        **more,
+    )
+    out: dict[str, Any] = {"job": job.name, "victim": f"{role} {victim}"}
     t_kill = new_id = None
+    back = replaced = False
+    ended: dict = {}
     try:
         first = first_loss(job)
         outputs = early_outputs(sides, side, job, first)
@@ -411,7 +438,8 @@ def fault_job(w, sides: Sides, side: str, tag: str, victim: int, standby: int = 
         for event in tail(job, first.seq + 1):
             now = time.time()
             if ends(event):
-                raise RuntimeError(f"job {job.name} ended before the replacement's first step")
+                ended = event.data
+                break
             if t_kill is None:
                 if event.kind == "loss":
                     seen.add(event.data["worker"])
@@ -419,18 +447,29 @@ def fault_job(w, sides: Sides, side: str, tag: str, victim: int, standby: int = 
                     if both is None and len(seen) == WORKERS:
                         both = now
                 if both is not None and now - both >= STEADY:
-                    t_kill = sides.kill_worker(side, job, victim)
-                    harness.log(f"  killed worker {victim} past step {out['step_at_kill']}")
-            elif event.kind == "relaunch" and event.data.get("replaces") == victim:
+                    t_kill = sides.kill(side, job, role, victim)
+                    harness.log(f"  killed {role} {victim} past step {out['step_at_kill']}")
+            elif event.kind == "relaunch" and event.data.get("role") == role:
                 new_id = event.data["id"]
-            elif event.kind == "loss" and new_id is not None and event.data["worker"] == new_id:
-                outputs[new_id] = sides.output(side, job, "worker", new_id)
-                break
+            elif role == "ps" and event.kind == "ps_restored" and new_id is not None:
+                back = True  # (a pod's `instance running` is its phase, before the restore)
+            elif event.kind == "loss" and new_id is not None and not replaced:
+                if back if role == "ps" else event.data["worker"] == new_id:
+                    replaced = True  # its output, read now: a pod's is gone with it
+                    outputs[new_id if role == "worker" else "ps"] = sides.output(
+                        side, job, role, new_id
+                    )
     finally:
-        sides.end(side, job, False)
+        sides.end(side, job, bool(ended))
+    if ended.get("state") != "succeeded":
+        raise RuntimeError(f"job {job.name} ended {ended.get('state')}: {ended.get('reason')}")
+    if new_id is None:
+        raise RuntimeError(f"job {job.name} ended before its {role} {victim} was replaced")
+    out["applied_twice"], out["never_applied"] = ledger_counts(job.dir, w.records, FAULT_EPOCHS)
     events = list(read_journal_file(JobDir(job.dir).events))
     out["startup"] = startup_phases(job, events, sides, side, t0, returned, first, outputs)
-    out["recovery"] = recovery_phases(events, sides, side, job, t_kill, victim, new_id, outputs)
+    recover = recovery_phases if role == "worker" else ps_recovery_phases
+    out["recovery"] = recover(events, sides, side, job, t_kill, victim, new_id, outputs)
     return out
 
 
@@ -535,10 +574,65 @@ def recovery_phases(events, sides: Sides, side, job, t_kill, victim, new_id, out
                 marks[f"new pod {what}"] = t
     replacement = first_event(events, "loss", t_kill, worker=new_id)
     marks["replacement's first step"] = replacement and replacement.time
+    # A new worker's own start (a promoted standby's was long before the kill).
+    created = from_created = None
+    if not (relaunch and relaunch.data.get("promoted")):
+        created = marks.get("new pod created") if side == K8S else started and started.time
+        from_created = created and replacement and replacement.time - created
     return {
         "kill_to_replacement_first_step_s": replacement and replacement.time - t_kill,
         "kill_to_end_seen_s": ended and ended.time - t_kill,
+        "replacement_created_to_first_step_s": from_created,
         "new_worker": new_id,
+        "phases_s": relative(marks, t_kill),
+    }
+
+
+def ps_recovery_phases(events, sides: Sides, side, job, t_kill, victim, new_id, outputs) -> dict:
+    """Kill of the PS to training resumed: the first `loss` event after the relaunched PS
+    restored its newest checkpoint (`ps_restored`; the updates after it were rolled back
+    and are redone), and its phases (seconds from t_kill)."""
+    if t_kill is None:
+        return {}
+    marks: dict[str, float | None] = {}
+    later = [e for e in events if e.time >= t_kill]
+    ended = next(
+        (
+            e
+            for e in later
+            if e.kind == "instance"
+            and e.data["role"] == "ps"
+            and e.data["kind"] not in ("started", "running", "pending")
+        ),
+        None,
+    )
+    marks[f"PS's end seen by the master ({ended and ended.data['kind']})"] = ended and ended.time
+    relaunch = first_event(later, "relaunch", role="ps")
+    marks["relaunch (ps 0)"] = relaunch and relaunch.time
+    started = first_event(later, "instance", role="ps", id=victim, kind="started")
+    marks["ps 0 instance started (journal)"] = started and started.time
+    text = outputs.get("ps", "")  # (both incarnations' log: lines after its start)
+    marks["ps 0 first log line"] = first_log_line(text, started.time if started else t_kill)
+    imported = tf_imported(text, t_kill)
+    marks["ps 0 TensorFlow imported"] = imported and t_kill + imported
+    restored = first_event(later, "ps_restored")
+    marks["ps 0 checkpoint restored (journal)"] = restored and restored.time
+    running = first_event(later, "instance", role="ps", id=victim, kind="running")
+    marks["ps 0 instance running (journal)"] = running and running.time
+    if side == K8S:
+        name = f"{job.name}-ps-{victim}"
+        for what, t in sides.timeline.marks(name).items():
+            if what in ("deleting", "container terminated", "gone"):
+                marks[f"victim pod {what}"] = t
+        for what, t in sides.timeline.marks(name, t_kill).items():
+            if what not in ("deleting", "container terminated", "gone"):
+                marks[f"new pod {what}"] = t
+    resumed = restored and first_event(later, "loss", restored.time)
+    marks["training resumed (first loss event)"] = resumed and resumed.time
+    return {
+        "kill_to_resumed_s": resumed and resumed.time - t_kill,
+        "kill_to_end_seen_s": ended and ended.time - t_kill,
+        "updates_rolled_back": restored and restored.data.get("updates_rolled_back"),
         "phases_s": relative(marks, t_kill),
     }
 
@@ -558,6 +652,10 @@ def attempt(what: str, fn, *args) -> dict:
         parts.append(f"{out['steady']['samples_per_s']:,.0f} samples/s")
     if (replaced := out.get("recovery", {}).get("kill_to_replacement_first_step_s")) is not None:
         parts.append(f"kill -> replacement's first step {replaced:.2f} s")
+    if (resumed := out.get("recovery", {}).get("kill_to_resumed_s")) is not None:
+        parts.append(f"kill -> training resumed {resumed:.2f} s")
+    if "applied_twice" in out:
+        parts.append(f"ledger: {out['applied_twice']} twice, {out['never_applied']} never")
     harness.log("  -> " + "; ".join(parts))
     return out
 
@@ -565,22 +663,27 @@ def attempt(what: str, fn, *args) -> dict:
 # ---------------------------------------------------------------------------- main
 
 
+def column(runs: list[dict], *path: str) -> list:
+    """The value at `path` (keys into each run's nested dicts) of every run that has one."""
+    out = []
+    for run in runs:
+        value: Any = run
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            out.append(value)
+    return out
+
+
 def standby_rows(runs: dict[str, list[dict]]) -> list[dict]:
     """Kill to the replacement's first step when a standby worker takes the place."""
-
-    def col(side: str) -> list:
-        return [
-            r["recovery"]["kill_to_replacement_first_step_s"]
-            for r in runs[side]
-            if (r.get("recovery") or {}).get("kill_to_replacement_first_step_s") is not None
-        ]
-
+    path = ("recovery", "kill_to_replacement_first_step_s")
     return [
         harness.row(
             f"{CASE}: worker pod deleted vs process SIGKILLed, one standby worker",
             "kill to replacement's first step",
-            col(K8S),
-            col(LOCAL),
+            column(runs[K8S], *path),
+            column(runs[LOCAL], *path),
             unit="s",
             baseline_label=f"{LOCAL_LABEL}, one standby worker",
             higher_is_better=False,
@@ -591,18 +694,53 @@ def standby_rows(runs: dict[str, list[dict]]) -> list[dict]:
     ]
 
 
+def ps_rows(runs: dict[str, list[dict]]) -> list[dict]:
+    """Kill of the PS to training resumed on the relaunched one."""
+    path = ("recovery", "kill_to_resumed_s")
+    return [
+        harness.row(
+            f"{CASE}: PS pod deleted vs PS process SIGKILLed",
+            "kill to training resumed",
+            column(runs[K8S], *path),
+            column(runs[LOCAL], *path),
+            unit="s",
+            baseline_label=LOCAL_LABEL,
+            higher_is_better=False,
+            note=f"the first loss event after the relaunched PS restored its newest checkpoint "
+            f"(every {CHECKPOINT_STEPS} updates; the ones after it are redone)",
+        )
+    ]
+
+
+def ledger_row(*runs: dict[str, list[dict]]) -> dict:
+    """Every fault job's ledger: records applied twice or never (0 each is exactly once)."""
+
+    def faults(side: str) -> list:
+        return [
+            r["applied_twice"] + r["never_applied"]
+            for side_runs in runs
+            for r in side_runs[side]
+            if "applied_twice" in r
+        ]
+
+    return harness.row(
+        f"{CASE}: every fault job (worker, standby, PS)",
+        "records applied twice or never (PS ledger)",
+        faults(K8S),
+        faults(LOCAL),
+        unit="records",
+        baseline_label=LOCAL_LABEL,
+        higher_is_better=False,
+        limit=0,
+        note=f"record_ledger=True; each fault job runs its {FAULT_EPOCHS} epochs to the end",
+    )
+
+
 def build_rows(runs: dict[str, list[dict]], epochs: int, w: workloads.Workload) -> list[dict]:
     def col(side: str, *path: str) -> list:
-        out = []
-        for run in runs[side]:
-            value: Any = run
-            for key in path:
-                value = value.get(key) if isinstance(value, dict) else None
-            if value is not None:
-                out.append(value)
-        return out
+        return column(runs[side], *path)
 
-    def times(case: str, metric: str, *path: str, note: str) -> dict:
+    def times(case: str, metric: str, *path: str, note: str, limit: float | None = None):
         return harness.row(
             case,
             metric,
@@ -611,6 +749,7 @@ def build_rows(runs: dict[str, list[dict]], epochs: int, w: workloads.Workload) 
             unit="s",
             baseline_label=LOCAL_LABEL,
             higher_is_better=False,
+            limit=limit,
             note=note,
         )
 
@@ -649,6 +788,16 @@ def build_rows(runs: dict[str, list[dict]], epochs: int, w: workloads.Workload) 
         ),
         times(
             deleted,
+            "replacement created (pod / process) to its first step",
+            "recovery",
+            "replacement_created_to_first_step_s",
+            note="the new pod as the watch first saw it / the master's 'instance started' "
+            "event of the new process, to its first loss event; in a running job (limit 4 s "
+            "on the node's slowest run)",
+            limit=4.0,
+        ),
+        times(
+            deleted,
             "kill to the victim's end seen by the master",
             "recovery",
             "kill_to_end_seen_s",
@@ -677,6 +826,7 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
     timeline = None
     runs: dict[str, list[dict]] = {LOCAL: [], K8S: []}
     standby_runs: dict[str, list[dict]] = {LOCAL: [], K8S: []}
+    ps_runs: dict[str, list[dict]] = {LOCAL: [], K8S: []}
     details: dict[str, Any] = {"node_start_s": dict(session.seconds)}
     try:
         namespace = session.job_namespace()
@@ -706,6 +856,11 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
                 what = f"repeat {rep + 1}/{STANDBY_REPEATS}: fault job with a standby, {side}"
                 out = attempt(what, fault_job, w, sides, side, str(rep), rep % WORKERS, 1)
                 standby_runs[side].append({"kind": "standby fault", **out})
+        for rep in range(PS_REPEATS):
+            for side in (LOCAL, K8S) if rep % 2 == 0 else (K8S, LOCAL):
+                what = f"repeat {rep + 1}/{PS_REPEATS}: fault job losing the PS, {side}"
+                out = attempt(what, fault_job, w, sides, side, str(rep), 0, 0, "ps")
+                ps_runs[side].append({"kind": "ps fault", **out})
     finally:
         if timeline is not None:
             timeline.stop()
@@ -717,13 +872,15 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
         details["node_stop_s"] = time.monotonic() - t
         details["node_not_undone"] = undone
         harness.log(f"real node stopped; not undone: {undone or 'nothing'}")
-        if any("error" in r for side in runs.values() for r in side) or undone:
+        every = (runs, standby_runs, ps_runs)
+        if any("error" in r for kind in every for side in kind.values() for r in side) or undone:
             kept = Path(tempfile.mkdtemp(prefix="edl-bench-k8s-logs-"))
             shutil.copytree(session.logs, kept, dirs_exist_ok=True)
             details["node_logs"] = str(kept)
             harness.log(f"a run failed: the node's logs are kept in {kept}")
     details["runs"] = runs
     details["standby_runs"] = standby_runs
+    details["ps_runs"] = ps_runs
     details["job"] = {
         "model": w.title,
         "records": w.records,
@@ -736,7 +893,8 @@ def measure(w: workloads.Workload, quick: bool, workdir: Path) -> tuple[list[dic
         "pod_resources": small_resources(),
         "steady_before_kill_s": STEADY,
     }
-    return build_rows(runs, epochs, w) + standby_rows(standby_runs), details
+    rows = build_rows(runs, epochs, w) + standby_rows(standby_runs) + ps_rows(ps_runs)
+    return rows + [ledger_row(runs, standby_runs, ps_runs)], details
 
 
 def main() -> int:

@@ -32,6 +32,10 @@ Worker SIGKILL, t_k = the moment of os.kill, from the survivor's step stamps:
   replacement        t_k -> the first `loss` event of the worker that replaces the victim
                      (its first minibatch applied and reported; journal time)
   redone             minibatches re-queued from the victim (its `requeue` events)
+  epoch barrier      (details) whether the longest gap ended with the next epoch's
+                     first tasks, and whose task, of how long, closed the epoch: the
+                     master opens an epoch once the one before has ended, and a
+                     replacement's first task (its first steps) is slow
   task boundaries    (no-kill job) the median interval into a task's first step over the
                      median step interval: what a gap is without any kill
 PS SIGKILL: training resumes at the end of the longest pause of all workers' merged
@@ -159,13 +163,14 @@ def pid_of(status: dict, role: str, instance_id: int) -> int:
     raise LookupError(f"no live {role} {instance_id}")
 
 
-def ledger_counts(job: edl.Job) -> tuple[int, int]:
-    """(records applied more than once, records never applied), summed over epochs."""
-    counts = record_counts(job.dir, 0, [RECORDS])
-    twice = sum(int(t.sum()) for (epoch, _), t in counts.items() if epoch >= EPOCHS)
+def ledger_counts(job_dir: Path, records: int, epochs: int) -> tuple[int, int]:
+    """(records applied more than once, records never applied), summed over epochs, from
+    the ledger of PS 0's newest checkpoint (a job of one data source)."""
+    counts = record_counts(job_dir, 0, [records])
+    twice = sum(int(t.sum()) for (epoch, _), t in counts.items() if epoch >= epochs)
     never = 0
-    for epoch in range(EPOCHS):
-        tally = counts.get((epoch, 0), np.zeros(RECORDS, np.int64))
+    for epoch in range(epochs):
+        tally = counts.get((epoch, 0), np.zeros(records, np.int64))
         twice += int((tally > 1).sum())
         never += int((tally == 0).sum())
     return twice, never
@@ -234,7 +239,7 @@ def run_job(
     logs = (job.dir / "logs").glob("*-*.log")  # workers' and PS's
     out["logs"] = {p.stem: p.read_text(errors="replace") for p in logs}
     if kill:
-        out["applied_twice"], out["never_applied"] = ledger_counts(job)
+        out["applied_twice"], out["never_applied"] = ledger_counts(job.dir, RECORDS, EPOCHS)
     return out
 
 
@@ -343,6 +348,7 @@ def analyse_worker_kill(run: dict, base: dict | None) -> tuple[dict, dict]:
             if e.kind == "requeue" and e.data.get("worker") == victim
         ),
     }
+    ours |= epoch_barrier(events, tk, ours)
     if base is None:
         return ours, {}
     t_base = base["t_steady"] + offset
@@ -352,6 +358,27 @@ def analyse_worker_kill(run: dict, base: dict | None) -> tuple[dict, dict]:
         "window_longest_gaps_ms": window_maxima(base["stamps"][survivor], base["t_steady"]),
     }
     return ours, baseline
+
+
+def epoch_barrier(events: list[Event], tk: float, gap: dict) -> dict:
+    """Whether the survivor's longest gap after the kill ended with a new epoch (the
+    master hands out an epoch's tasks only once the one before has ended), and which
+    worker's task ended the old one, how long it took: a replacement's first task is
+    slow (its first steps), and when it holds the epoch's last one, the survivor waits."""
+    if gap.get("longest_gap_ms") is None:
+        return {}
+    start = tk + gap["longest_gap_starts_at_s"]
+    end = start + gap["longest_gap_ms"] / 1e3
+    opened = first(events, "epoch", start)
+    if opened is None or opened.time > end + 0.005:
+        return {"gap_waited_for_next_epoch": False}
+    closing = [e for e in events if e.kind == "worker_time" and e.time <= opened.time]
+    last = closing[-1].data if closing else {}
+    return {
+        "gap_waited_for_next_epoch": True,
+        "epoch_closed_by_worker": last.get("worker"),
+        "closing_task_s": last.get("task_s"),
+    }
 
 
 def window_maxima(ts: np.ndarray, t_from: float) -> list[float]:
