@@ -20,7 +20,8 @@ report; workers report every 0.2 s and at the end of each task, so one event cov
 ~10-30 steps: too coarse for a gap the size of one step (~10-20 ms). So the job's loss
 is wrapped in a tf.py_function that appends time.time() to a file per worker process at
 every training step (the compiled train step calls the loss once; the stamp costs
-~20 us). Stamps and journal share the machine's clock; the resolution is one step.
+~20 us; the first, a worker's warm-up step before its first task, is left out). Stamps
+and journal share the machine's clock; the resolution is one step.
 
 Worker SIGKILL, t_k = the moment of os.kill, from the survivor's step stamps:
   normal step time   median interval between its consecutive steps in [t_k - 3 s, t_k)
@@ -129,9 +130,10 @@ def stamped_loss(loss: Callable, stamp_dir: str) -> Callable:
 
 
 def read_stamps(stamp_dir: Path) -> dict[int, np.ndarray]:
-    """{pid: sorted step times}."""
+    """{pid: sorted step times}, without each process's first stamp: its warm-up, the
+    step a worker runs once before its first task (`Trainer.prepare`), applies nothing."""
     return {
-        int(p.stem): np.sort(np.array(p.read_text().split(), dtype=np.float64))
+        int(p.stem): np.sort(np.array(p.read_text().split(), dtype=np.float64))[1:]
         for p in stamp_dir.glob("*.txt")
     }
 

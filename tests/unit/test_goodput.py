@@ -181,6 +181,8 @@ def test_a_rebuilt_master_reports_the_goodput_the_dead_one_did(tmp_path):
     assert live == {"goodput": 0.6667, "training_s": 40.0, "recovering_s": 20.0}
     assert master.status()["goodput"] < 1.0  # (now: the clock's time)
 
+    journal.close()  # (the dead master's file)
     new = built_master(tmp_path, RecordingLauncher(), TimedJournal(path), workers=2, records=60)
     recovery.rebuild(new, new.journal.continued)
     assert new.goodput.fields(now=T0 + 40) == live
+    new.journal.close()

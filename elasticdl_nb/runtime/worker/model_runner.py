@@ -345,6 +345,20 @@ class ModelRunner:
         ]
         self._train = CompiledCall(self._train_fn, signature, "train step")
 
+    def warm_up(self, features: Any, labels: Any) -> None:
+        """Run the train step once on a minibatch, with the model's own values and zero
+        rows, and throw its gradients away. TensorFlow's first runs of a traced function
+        are slow (a CTR worker's first task took 0.26-0.30 s against 0.02-0.03 s), and
+        with an epoch's last task in a new worker's hands every other worker waited for
+        it (bench/profiles.md, section 6). The user's model and loss run once more for
+        it, on one minibatch; nothing is pushed."""
+        probed = self.probe_ids(features)
+        rows = {
+            d.name: (probed[d.name], np.zeros((len(probed[d.name]), d.dim), d.dtype))
+            for d in self.table_defs
+        }
+        self.train_step(features, labels, dict(self.variable_values()), rows)
+
     def train_step(
         self,
         features: Any,

@@ -153,12 +153,13 @@ class Trainer:
 
     def prepare(self) -> None:
         """Get ready before the first task: the model built on the training data's first
-        minibatch, its step traced, its values offered to the PS. A standby worker is
-        then ready the moment it takes a lost worker's place, and any worker's first
-        task starts with a step."""
+        minibatch, its step traced and run once, its values offered to the PS. A standby
+        worker is then ready the moment it takes a lost worker's place, and any worker's
+        first task runs at the speed of the others'."""
         try:
             batch = first_batch(self.train_batches, Mode.TRAINING)
             self._ensure_built(batch.features, batch.labels)
+            self.runner.warm_up(batch.features, batch.labels)
         except (grpc.RpcError, PeerUnreachable, WrongPeer):
             raise  # infrastructure: exit non-zero (process.py says which code)
         except (DataError, Exception) as exc:
