@@ -675,37 +675,53 @@ def column(runs: list[dict], *path: str) -> list:
     return out
 
 
+def seconds_row(
+    runs: dict[str, list[dict]],
+    case: str,
+    metric: str,
+    path: tuple[str, ...],
+    note: str,
+    limit: float | None = None,
+    baseline_label: str = LOCAL_LABEL,
+) -> dict:
+    """A row of times (lower is better): the node's runs against the local ones."""
+    return harness.row(
+        case,
+        metric,
+        column(runs[K8S], *path),
+        column(runs[LOCAL], *path),
+        unit="s",
+        baseline_label=baseline_label,
+        higher_is_better=False,
+        limit=limit,
+        note=note,
+    )
+
+
 def standby_rows(runs: dict[str, list[dict]]) -> list[dict]:
     """Kill to the replacement's first step when a standby worker takes the place."""
-    path = ("recovery", "kill_to_replacement_first_step_s")
     return [
-        harness.row(
+        seconds_row(
+            runs,
             f"{CASE}: worker pod deleted vs process SIGKILLed, one standby worker",
             "kill to replacement's first step",
-            column(runs[K8S], *path),
-            column(runs[LOCAL], *path),
-            unit="s",
-            baseline_label=f"{LOCAL_LABEL}, one standby worker",
-            higher_is_better=False,
-            limit=2.5,
+            ("recovery", "kill_to_replacement_first_step_s"),
             note="the standby (ready, given no work) takes the place; limit on the node's "
             "slowest run",
+            limit=2.5,
+            baseline_label=f"{LOCAL_LABEL}, one standby worker",
         )
     ]
 
 
 def ps_rows(runs: dict[str, list[dict]]) -> list[dict]:
     """Kill of the PS to training resumed on the relaunched one."""
-    path = ("recovery", "kill_to_resumed_s")
     return [
-        harness.row(
+        seconds_row(
+            runs,
             f"{CASE}: PS pod deleted vs PS process SIGKILLed",
             "kill to training resumed",
-            column(runs[K8S], *path),
-            column(runs[LOCAL], *path),
-            unit="s",
-            baseline_label=LOCAL_LABEL,
-            higher_is_better=False,
+            ("recovery", "kill_to_resumed_s"),
             note=f"the first loss event after the relaunched PS restored its newest checkpoint "
             f"(every {CHECKPOINT_STEPS} updates; the ones after it are redone)",
         )
@@ -741,17 +757,7 @@ def build_rows(runs: dict[str, list[dict]], epochs: int, w: workloads.Workload) 
         return column(runs[side], *path)
 
     def times(case: str, metric: str, *path: str, note: str, limit: float | None = None):
-        return harness.row(
-            case,
-            metric,
-            col(K8S, *path),
-            col(LOCAL, *path),
-            unit="s",
-            baseline_label=LOCAL_LABEL,
-            higher_is_better=False,
-            limit=limit,
-            note=note,
-        )
+        return seconds_row(runs, case, metric, path, note, limit)
 
     deleted = f"{CASE}: worker pod deleted vs worker process SIGKILLed"
     return [
