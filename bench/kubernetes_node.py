@@ -229,6 +229,14 @@ class PodTimeline:
             first = min(found, key=lambda p: p["marks"]["created"])
             return {**first["marks"], "creationTimestamp": first["creationTimestamp"]}
 
+    def replacement(self, victim: str, new: str, t_kill: float) -> dict[str, float]:
+        """The ending marks of pod `victim`'s first incarnation ("victim pod deleting",
+        ...) and the starting ones of the first pod `new` created after `t_kill`."""
+        ending = ("deleting", "container terminated", "gone")
+        marks = {f"victim pod {w}": t for w, t in self.marks(victim).items() if w in ending}
+        started = self.marks(new, t_kill).items()
+        return marks | {f"new pod {w}": t for w, t in started if w not in ending}
+
     def busy(self, job: str) -> list[str]:
         """The pods of `job` not gone yet, but a master's that has ended (it stays)."""
         with self._lock:
@@ -566,12 +574,9 @@ def recovery_phases(events, sides: Sides, side, job, t_kill, victim, new_id, out
     imported = tf_imported(outputs[new_id], t_kill)
     marks[f"worker {new_id} TensorFlow imported"] = imported and t_kill + imported
     if side == K8S:
-        for what, t in sides.timeline.marks(f"{job.name}-worker-{victim}").items():
-            if what in ("deleting", "container terminated", "gone"):
-                marks[f"victim pod {what}"] = t
-        for what, t in sides.timeline.marks(f"{job.name}-worker-{new_id}", t_kill).items():
-            if what not in ("deleting", "container terminated", "gone"):
-                marks[f"new pod {what}"] = t
+        marks |= sides.timeline.replacement(
+            f"{job.name}-worker-{victim}", f"{job.name}-worker-{new_id}", t_kill
+        )
     replacement = first_event(events, "loss", t_kill, worker=new_id)
     marks["replacement's first step"] = replacement and replacement.time
     # A new worker's own start (a promoted standby's was long before the kill).
@@ -620,13 +625,8 @@ def ps_recovery_phases(events, sides: Sides, side, job, t_kill, victim, new_id, 
     running = first_event(later, "instance", role="ps", id=victim, kind="running")
     marks["ps 0 instance running (journal)"] = running and running.time
     if side == K8S:
-        name = f"{job.name}-ps-{victim}"
-        for what, t in sides.timeline.marks(name).items():
-            if what in ("deleting", "container terminated", "gone"):
-                marks[f"victim pod {what}"] = t
-        for what, t in sides.timeline.marks(name, t_kill).items():
-            if what not in ("deleting", "container terminated", "gone"):
-                marks[f"new pod {what}"] = t
+        name = f"{job.name}-ps-{victim}"  # (relaunched under its own name)
+        marks |= sides.timeline.replacement(name, name, t_kill)
     resumed = restored and first_event(later, "loss", restored.time)
     marks["training resumed (first loss event)"] = resumed and resumed.time
     return {
