@@ -38,6 +38,22 @@ def grant_rbac_yaml(admin, namespace: str, user: str) -> None:
         wait_until_allowed(admin, namespace, subject, "create", "pods")
 
 
+def wait_for_account_token(admin, namespace: str, account: str, timeout: float = 30) -> None:
+    """Return once the service account `account` has its token secret. Until the
+    controller-manager has made it, the ServiceAccount admission plugin (1.20) refuses
+    a pod that names the account ('No API token found for service account')."""
+    from kubernetes import client
+
+    from tests.integration.faults import wait_for
+
+    core = client.CoreV1Api(admin)
+    wait_for(
+        lambda: core.read_namespaced_service_account(account, namespace).secrets,
+        timeout,
+        f"service account {namespace}/{account}'s token",
+    )
+
+
 def wait_until_allowed(
     admin, namespace: str, user: str, verb: str, resource: str, timeout: float = 30
 ) -> None:

@@ -204,17 +204,12 @@ def set_up_for_jobs(cluster, admin, namespace: str) -> None:
     """What an admin does for a namespace where the notebook's user runs jobs:
     deploy/rbac.yaml, its user Role bound to `cluster.user_name`, the priority classes;
     returns once the master's service account has its token."""
-    from kubernetes import client
-
-    from tests.integration.faults import wait_for
-    from tests.kubernetes.access import ensure_priority_classes, grant_rbac_yaml
+    from tests.kubernetes.access import (
+        ensure_priority_classes,
+        grant_rbac_yaml,
+        wait_for_account_token,
+    )
 
     ensure_priority_classes(admin)
     grant_rbac_yaml(admin, namespace, cluster.user_name)
-    core = client.CoreV1Api(admin)
-
-    def master_account_has_its_token():
-        account = core.read_namespaced_service_account("elasticdl-nb-master", namespace)
-        return bool(account.secrets)
-
-    wait_for(master_account_has_its_token, 30, "the master service account's token")
+    wait_for_account_token(admin, namespace, "elasticdl-nb-master")

@@ -19,6 +19,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.integration.faults import wait_for
+from tests.kubernetes.access import wait_for_account_token
 from tests.kubernetes.job_pods import SMALL
 
 NOTEBOOK = "elasticdl-nb-notebook"
@@ -112,6 +113,8 @@ def notebook_pod(
         volume_for(core, namespace, claim, where)
     t0 = time.monotonic()
     for document in notebook_documents():
+        if document["kind"] == "Pod":
+            wait_for_account_token(admin, namespace, document["spec"]["serviceAccountName"])
         if document["kind"] == "Pod" and run_as:
             context = document["spec"]["securityContext"]
             context.update(runAsUser=run_as[0], runAsGroup=run_as[1], fsGroup=run_as[1])
