@@ -155,33 +155,55 @@ class Trainer:
         """Get ready before the first task: the model built on the training data's first
         minibatch, its step traced and run once, its values offered to the PS. A standby
         worker is then ready the moment it takes a lost worker's place, and any worker's
-        first task runs at the speed of the others'."""
+        first task runs at the speed of the others'. Logs when each part was done: where
+        a new worker's (a new pod's) start goes."""
+        began, done = time.monotonic(), {}
+
+        def mark(what: str) -> None:
+            done[what] = time.monotonic() - began
+
         try:
             batch = first_batch(self.train_batches, Mode.TRAINING)
-            self._ensure_built(batch.features, batch.labels)
-            self.runner.warm_up(batch.features, batch.labels)
+            mark("first minibatch read")
+            self._ensure_built(batch.features, batch.labels, warm_up=True, mark=mark)
         except (grpc.RpcError, PeerUnreachable, WrongPeer):
             raise  # infrastructure: exit non-zero (process.py says which code)
         except (DataError, Exception) as exc:
             raise user_code_error(exc) from exc
+        log.info("ready: %s", ", ".join(f"{what} at {t:.2f} s" for what, t in done.items()))
 
-    def _ensure_built(self, features, labels=None) -> None:
+    def _ensure_built(
+        self,
+        features,
+        labels=None,
+        warm_up: bool = False,
+        mark: Callable[[str], None] = lambda what: None,
+    ) -> None:
         """Build the model on the first minibatch and offer its initial values to the PS.
-        Given a training minibatch's labels, the train step is traced meanwhile: the PS
-        prepares its side (its optimizer's step) while this worker traces its own, about
-        half a second each, so a new worker's first step comes that much sooner."""
+        Given a training minibatch's labels, the train step is traced meanwhile (and, with
+        `warm_up`, run once: that needs nothing of the PS): the PS prepares its side (its
+        optimizer's step) while this worker traces its own, about half a second each, so
+        a new worker's first step comes that much sooner. `mark` is told each part's end."""
         if self.runner.built:
+            if warm_up and labels is not None:
+                self.runner.warm_up(features, labels)
             return
         self.runner.build(features)
         self.ps.set_model(self.runner.variable_values(), self.runner.table_defs)
         seeds = self.runner.take_table_seeds()
+        mark("model built")
         if labels is None:
             self.ps.initialize(seeds=seeds)
             return
         with ThreadPoolExecutor(1, thread_name_prefix="ps-init") as background:
             initialized = background.submit(self.ps.initialize, seeds=seeds)
             self.runner.prepare_train(features, labels)
+            mark("step traced")
+            if warm_up:
+                self.runner.warm_up(features, labels)
+                mark("step run once")
             initialized.result()
+            mark("PS initialized")
 
     def _pull(self, features) -> dict:
         """Load the dense parameters a step on `features` needs into the model, and return
