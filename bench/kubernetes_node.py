@@ -46,8 +46,10 @@ next job starts once the pods are gone.
    the watch saw them (the kubelet reports a container's start after its ~1 s relist),
    the processes' first log lines, TensorFlow imported (the last import note in the
    process's output, as recovery.py reads it; in a pod from the container's log), the
-   master running. A pod's `instance running` journal event is its phase Running; a
-   local process's is its report that it is ready (PS only).
+   worker ready (its log line once its model is built and its step traced and run once;
+   the line says when each part ended), the master running. A pod's `instance running`
+   journal event is its phase Running; a local process's is its report that it is ready
+   (PS only).
 2. A worker lost mid-training to its replacement's first step. Once both workers have
    reported losses for STEADY seconds, worker `rep % 2` is killed: Kubernetes,
    `delete_namespaced_pod` as the admin (default grace: the kubelet sends SIGTERM, on
@@ -498,11 +500,15 @@ def first_event(events: list, what: str, after: float = 0.0, **match: Any) -> Ev
     return None
 
 
-def first_log_line(text: str, after: float) -> float | None:
-    """When the process wrote its first log line (our logging's, to the ms) after `after`."""
+READY = "INFO ready:"  # the worker's line once it is ready for its first task
+
+
+def first_log_line(text: str, after: float, containing: str = "") -> float | None:
+    """When the process wrote its first log line (our logging's, to the ms) after `after`,
+    or its first containing `containing` ("INFO ready:": Trainer.prepare's end)."""
     times = []
     for line in text.splitlines():
-        if m := LOG_TIME.match(line):
+        if containing in line and (m := LOG_TIME.match(line)):
             t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
             if t >= after:
                 times.append(t)
@@ -529,6 +535,9 @@ def startup_phases(job, events, sides: Sides, side, t0, returned, first, outputs
     marks[f"worker {worker} first log line"] = logged
     imported = tf_imported(outputs[worker], t0)
     marks[f"worker {worker} TensorFlow imported"] = imported and t0 + imported
+    marks[f"worker {worker} ready (model built, step traced, run once)"] = first_log_line(
+        outputs[worker], t0, READY
+    )
     if side == K8S:
         for pod in ("master", "ps-0", f"worker-{worker}"):
             for what, t in sides.timeline.marks(f"{job.name}-{pod}", t0).items():
@@ -573,6 +582,9 @@ def recovery_phases(events, sides: Sides, side, job, t_kill, victim, new_id, out
     marks[f"worker {new_id} first log line"] = first_log_line(outputs[new_id], t_kill)
     imported = tf_imported(outputs[new_id], t_kill)
     marks[f"worker {new_id} TensorFlow imported"] = imported and t_kill + imported
+    marks[f"worker {new_id} ready (model built, step traced, run once)"] = first_log_line(
+        outputs[new_id], t_kill, READY
+    )
     if side == K8S:
         marks |= sides.timeline.replacement(
             f"{job.name}-worker-{victim}", f"{job.name}-worker-{new_id}", t_kill
