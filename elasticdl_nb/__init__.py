@@ -14,6 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from elasticdl_nb import elasticdl_imports
+
+elasticdl_imports.install()  # ElasticDL's model-zoo imports work wherever this package does
+
 if TYPE_CHECKING:
     from elasticdl_nb.errors import ElasticDLError
     from elasticdl_nb.model.contract import Mode

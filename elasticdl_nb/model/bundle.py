@@ -21,7 +21,7 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from elasticdl_nb.model.contract import ContractError, ModelContract, install_elasticdl_compat
+from elasticdl_nb.model.contract import ContractError, ModelContract
 
 FORMAT = 1
 
@@ -76,7 +76,6 @@ def load_bundle(path: Path) -> ModelContract:
 
 
 def _load_module(path: Path, manifest: dict) -> ModelContract:
-    install_elasticdl_compat()
     source = str(path / "source")
     module_name, fn_name = manifest["model_def"].rsplit(".", 1)
     where = f"model-zoo module '{module_name}'"

@@ -8,8 +8,6 @@ however they were given (a model-zoo file, a module object, or functions passed 
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,53 +98,3 @@ _HINTS = {
     "optimizer": "Add `def optimizer(): return tf.keras.optimizers.SGD(0.1)` (any Keras "
     "optimizer).",
 }
-
-
-def install_elasticdl_compat() -> None:
-    """Let unchanged ElasticDL model-zoo files `from elasticdl.python.common.constants
-    import Mode` and `from elasticdl.python.elasticdl.layers.embedding import Embedding`
-    without ElasticDL installed (the layer is `elasticdl_nb.layers.Embedding`, imported
-    when a file asks for it: it brings Keras)."""
-    if "elasticdl" in sys.modules:
-        return
-    try:
-        import elasticdl  # noqa: F401  (a real ElasticDL wins)
-
-        return
-    except ImportError:
-        pass
-    paths = [
-        ["elasticdl", "elasticdl.python", "elasticdl.python.common"],
-        ["elasticdl.python.common.constants"],
-        ["elasticdl.python.elasticdl", "elasticdl.python.elasticdl.layers"],
-        ["elasticdl.python.elasticdl.layers.embedding"],
-        ["elasticdl.python.elasticdl.callbacks"],
-    ]
-    for name in [name for path in paths for name in path]:
-        module = types.ModuleType(name)
-        module.__path__ = []  # a package, so the next level can be imported
-        sys.modules[name] = module
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(sys.modules[parent], child, module)
-    sys.modules["elasticdl.python.common.constants"].Mode = Mode
-
-    def embedding_module_attribute(name: str):
-        if name != "Embedding":
-            raise AttributeError(name)
-        from elasticdl_nb.layers import Embedding
-
-        return Embedding
-
-    sys.modules[
-        "elasticdl.python.elasticdl.layers.embedding"
-    ].__getattr__ = embedding_module_attribute
-
-    def callbacks_module_attribute(name: str):
-        from elasticdl_nb import callbacks
-
-        if name not in callbacks.__all__:
-            raise AttributeError(name)
-        return getattr(callbacks, name)
-
-    sys.modules["elasticdl.python.elasticdl.callbacks"].__getattr__ = callbacks_module_attribute

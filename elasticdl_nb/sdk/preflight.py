@@ -106,20 +106,19 @@ def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) ->
 
 def _check_export(spec: JobSpec, tables: list) -> None:
     """A SavedModel holds the model whole: not one whose tables are exported as files."""
-    from elasticdl_nb.runtime.worker.export import WHOLE_TABLES_MAX_BYTES, whole_tables_bytes
+    from elasticdl_nb.runtime.worker.export import (
+        WHOLE_TABLES_MAX_BYTES,
+        too_large_to_export,
+        whole_tables_bytes,
+    )
 
-    size = whole_tables_bytes(tables)
-    if spec.export_format == "keras" or size <= WHOLE_TABLES_MAX_BYTES:
+    if spec.export_format == "keras" or whole_tables_bytes(tables) <= WHOLE_TABLES_MAX_BYTES:
         return
     names = ", ".join(repr(t.name) for t in tables)
-    how_large = (
-        "can hold any int64 id" if size == float("inf") else f"take {size / 2**30:.1f} GiB whole"
-    )
     raise PreflightError(
         f"export_format={spec.export_format!r} asks for a TensorFlow SavedModel, which holds "
-        f"the whole model, but its embedding tables ({names}) {how_large}. Tables that take "
-        f"any int64 id, or more than {WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB whole, are "
-        "exported by the parameter servers as (id, vector) files instead "
+        f"the whole model, but its embedding tables ({names}) {too_large_to_export(tables)}. "
+        "Such tables are exported by the parameter servers as (id, vector) files instead "
         "(elasticdl_nb.load_embeddings reads them). Use export_format='keras' (the default), "
         "or give the tables an input_dim small enough to be exported whole."
     )

@@ -303,8 +303,10 @@ class TrainingStoppedData(TypedDict, total=False):
 
 class TablesData(TypedDict):
     """The PS embedding tables changed (polled every few seconds and before the job
-    ends): per table the sums over the PS of `rows` held, `bytes`, rows `created` and
-    `evicted`, gradients `refused` by admission; `ps_rows`: rows held per PS."""
+    ends): per table the sums over the PS of `rows` held, the `bytes` they hold (rows ×
+    each row's vector, optimizer slots, id and version), the `allocated_bytes` (whole
+    blocks of rows and the index: the memory taken), rows `created` and `evicted`,
+    gradients `refused` by admission; `ps_rows`: rows held per PS."""
 
     tables: dict
     ps_rows: Any

@@ -100,10 +100,7 @@ def model_zoo_module(name: str):
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / "model_zoo" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    from elasticdl_nb.model.contract import install_elasticdl_compat
-
-    install_elasticdl_compat()
-    spec.loader.exec_module(module)
+    spec.loader.exec_module(module)  # (ElasticDL's imports: elasticdl_nb is imported)
     return module
 
 

@@ -267,6 +267,10 @@ def test_admission_and_eviction_bound_the_ps_tables_and_are_counted_in_the_journ
         assert table["evicted"] > 0 and table["refused"] > 0
         assert table["created"] - table["evicted"] == table["rows"]
         assert table["created"] <= distinct + table["evicted"]
+        # What the rows hold (16 floats, Adagrad's slot of 16, id, version), and apart
+        # from it what is allocated (whole blocks of rows, the index).
+        assert table["bytes"] == table["rows"] * (2 * 16 * 4 + 8 + 8)
+        assert table["allocated_bytes"] > table["bytes"]
     assert all(rows <= 4 * share for rows in stats[-1]["ps_rows"])
     for ps in range(2):
         state, _ = CheckpointDir(Path(job.dir) / "checkpoints", ps, keep=1).load_newest()

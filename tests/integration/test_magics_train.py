@@ -132,6 +132,61 @@ def test_the_allreduce_strategy_from_the_magic(shell, job_home):
     )
 
 
+ELASTICDL_CELL = """
+import keras
+import tensorflow as tf
+from elasticdl.python.common.constants import Mode
+from elasticdl.python.elasticdl.callbacks import MaxStepsStopping
+from elasticdl.python.elasticdl.layers.embedding import Embedding
+
+def custom_model():
+    pixels = keras.Input(shape=(64,))
+    # Each pixel's value (0-16, scaled to [0, 1] here) at each position is an id.
+    values = keras.ops.cast(keras.ops.round(pixels * 16), "int64")
+    ids = values + keras.ops.arange(64, dtype="int64") * 17
+    vectors = Embedding(4, name="pixel_values")(ids)
+    return keras.Model(pixels, keras.layers.Dense(10)(keras.layers.Flatten()(vectors)))
+
+def loss(labels, predictions):
+    return tf.reduce_mean(
+        keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
+    )
+
+def optimizer():
+    return keras.optimizers.Adam(0.02)
+
+def eval_metrics_fn():
+    return {"accuracy": keras.metrics.SparseCategoricalAccuracy()}
+
+def callbacks():
+    assert Mode.TRAINING == "training"
+    return [MaxStepsStopping(max_steps=150)]
+"""
+
+
+def test_a_cell_written_for_elasticdl_trains_with_its_import_paths(shell, job_home):
+    """ElasticDL's `Embedding`, `Mode` and callbacks imported by their ElasticDL paths in
+    a notebook cell (the import hook elasticdl_nb installs), trained through the magic."""
+    train(
+        shell,
+        "--workers 2 --epochs 20 --minibatch-size 32 --data x_train y_train "
+        "--validation-data x_test y_test -o zoo --wait",
+        ELASTICDL_CELL,
+    )
+    job = shell.user_ns["zoo"]
+    status = job.status()
+    assert status["state"] == "succeeded", status
+    # MaxStepsStopping, by its ElasticDL path, stopped it (the tasks running then finish).
+    [stopped] = [e.data for e in job.events(follow=False) if e.kind == "training_stopped"]
+    assert "MaxStepsStopping" in stopped["reason"] and stopped["step"] >= 150
+    assert status["step"] < 20 * 1400 // 32 // 2
+    assert status["metrics"]["accuracy"] >= 0.85
+    tables = [e.data["tables"] for e in job.events(follow=False) if e.kind == "tables"]
+    print("tables:", tables[-1])
+    assert list(tables[-1]) == ["pixel_values/embeddings"]
+    assert tables[-1]["pixel_values/embeddings"]["rows"] <= 64 * 17  # ids seen, on the PS
+
+
 @pytest.mark.slow
 def test_interrupting_the_wait_detaches_and_the_job_goes_on_until_stopped(shell, job_home, capsys):
     interrupter = _interrupt_once_training(job_home)

@@ -9,7 +9,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from elasticdl_nb.layers import Embedding  # noqa: E402
-from elasticdl_nb.model.contract import ModelContract, install_elasticdl_compat  # noqa: E402
+from elasticdl_nb.model.contract import ModelContract  # noqa: E402
 from elasticdl_nb.runtime.table_def import initial_rows  # noqa: E402
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner  # noqa: E402
 
@@ -90,7 +90,6 @@ def test_outside_a_job_the_layer_says_where_its_rows_are():
 
 
 def test_model_zoo_files_import_it_from_elasticdl():
-    install_elasticdl_compat()
     from elasticdl.python.elasticdl.layers.embedding import Embedding as FromElasticDL
 
     assert FromElasticDL is Embedding

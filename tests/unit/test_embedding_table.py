@@ -62,3 +62,18 @@ def test_a_snapshot_loads_into_an_equal_table_and_a_delta_holds_what_changed():
     np.testing.assert_array_equal(copy.states(ids)[1], table.states(ids)[1])
     delta = table.snapshot(since=1)
     assert sorted(delta.ids) == [4, 2**40]  # 9 was last updated at version 1
+
+
+def test_stats_say_the_bytes_the_rows_hold_and_apart_from_them_what_is_allocated():
+    """`bytes` is rows × a row's size (4 floats and 1 slot of 4, its id and version: 48
+    bytes), not the blocks allocated, which `allocated_bytes` says: 20 rows fill three
+    blocks of 8 here (users read `bytes` as memory used: issue 38)."""
+    table = _table(block_rows=8)
+    ids = np.arange(20, dtype=np.int64)
+    rows, states = table.states(ids)
+    table.write(ids, rows, states, version=1)
+    stats = table.stats()
+    assert stats["rows"] == 20
+    assert stats["bytes"] == 20 * (8 * 4 + 8 + 8)
+    assert stats["allocated_bytes"] == 3 * 8 * 48 + table.index.nbytes
+    assert stats["allocated_bytes"] > stats["bytes"]

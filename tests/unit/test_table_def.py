@@ -64,3 +64,15 @@ def test_many_rows_are_drawn_in_chunks_with_the_same_values(monkeypatch):
     whole = initial_rows(table, ids)
     monkeypatch.setattr(table_def, "CHUNK", 64)
     np.testing.assert_array_equal(initial_rows(table, ids), whole)
+
+
+def test_why_tables_go_into_no_model_file_names_their_size_or_that_it_is_unknown():
+    """A table without input_dim has no size whole: the message says so instead of
+    'inf GiB' (issue 38); bounded tables get their size."""
+    from elasticdl_nb.runtime.worker.export import too_large_to_export
+
+    bounded = TableDef("ids", 16, input_dim=40_000_000)  # 40M × 16 float32: 2.4 GiB
+    unbounded = TableDef("any", 16)
+    assert too_large_to_export([bounded]).startswith("take 2.4 GiB whole, more than the 2 GiB")
+    message = too_large_to_export([bounded, unbounded])
+    assert "any int64 id" in message and "unknown" in message and "inf" not in message

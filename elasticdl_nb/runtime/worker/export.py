@@ -33,6 +33,20 @@ def whole_tables_bytes(tables: list[TableDef]) -> float:
     )
 
 
+def too_large_to_export(tables: list[TableDef]) -> str:
+    """Why tables whose whole size is over `WHOLE_TABLES_MAX_BYTES` go into no model file,
+    as the end of a sentence about them: the size, or (a table without input_dim takes
+    any int64 id) that it is unknown."""
+    limit = f"{WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB"
+    size = whole_tables_bytes(tables)
+    if size == math.inf:
+        return (
+            "can hold any int64 id (no input_dim), so their size whole is unknown, and a "
+            f"model file is written only for tables known to take at most {limit}"
+        )
+    return f"take {size / 2**30:.1f} GiB whole, more than the {limit} a model file is written for"
+
+
 def note_not_exported(task: pb.Task, tables: list[TableDef], embeddings: Path) -> None:
     """Leave, instead of each model the task asked for, why there is none and where the
     rows went (`Job.model()` and `Job.saved_model_path` read it)."""
@@ -45,11 +59,7 @@ def note_not_exported(task: pb.Task, tables: list[TableDef], embeddings: Path) -
         f"dense layers' weights in {embeddings / DENSE_FILE}: read them with "
         "elasticdl_nb.load_embeddings(job)."
     )
-    too_large = (
-        f"The model's embedding tables ({sizes}) take "
-        f"{whole_tables_bytes(tables) / 2**30:.1f} GiB whole, more than the "
-        f"{WHOLE_TABLES_MAX_BYTES / 2**30:.0f} GiB a model file is written for"
-    )
+    too_large = f"The model's embedding tables ({sizes}) {too_large_to_export(tables)}"
     notes = []
     if task.export_path:
         notes.append((task.export_path, f"{too_large}, so no model.keras was exported."))

@@ -35,10 +35,14 @@ class RowStore:
         return self._used - len(self._free)
 
     @property
+    def row_bytes(self) -> int:
+        """What one row takes: its vector and slots, its id and its last update."""
+        return self.width * self.dtype.itemsize + 8 + 8
+
+    @property
     def nbytes(self) -> int:
         """What the blocks take (allocated, in use or not)."""
-        per_row = self.width * self.dtype.itemsize + 8 + 8
-        return len(self._values) * self.block_rows * per_row + self._free.nbytes
+        return len(self._values) * self.block_rows * self.row_bytes + self._free.nbytes
 
     def allocate(self, ids: np.ndarray) -> np.ndarray:
         """Rows for `ids` (their vectors and slots to be written by the caller): freed

@@ -182,8 +182,15 @@ class EmbeddingTable:
             self._evictions.append((version, ids))
 
     def stats(self) -> dict:
-        """Rows held and bytes taken now, and what the table did (`TableCounts`)."""
-        return {"rows": len(self), "bytes": self.nbytes, **vars(self.counts)}
+        """Rows held now, the bytes they hold (each row's vector, optimizer slots, id
+        and last update) and the bytes allocated for the table (whole blocks of rows,
+        free or not, and the index), and what the table did (`TableCounts`)."""
+        return {
+            "rows": len(self),
+            "bytes": len(self) * self.rows.row_bytes,
+            "allocated_bytes": self.nbytes,
+            **vars(self.counts),
+        }
 
     # ------------------------------------------------------------------ checkpoints
 
