@@ -372,6 +372,8 @@ class Job:
             )
         path = self._exported(files.model, files.model_not_exported, "model")
         from elasticdl_nb.model import load_bundle
+        from elasticdl_nb.model.keras_classes import keras_classes
 
-        load_bundle(files.bundle)  # custom layers of the model module become importable
-        return keras.models.load_model(path, compile=False)
+        # Keras finds a model-zoo module's or a notebook's own classes only when given them.
+        contract = load_bundle(files.bundle)
+        return keras.models.load_model(path, compile=False, custom_objects=keras_classes(contract))
