@@ -374,6 +374,10 @@ class Job:
         from elasticdl_nb.model import load_bundle
         from elasticdl_nb.model.keras_classes import keras_classes
 
-        # Keras finds a model-zoo module's or a notebook's own classes only when given them.
+        # Keras finds a model-zoo module's or a notebook's own classes only when given them;
+        # safe_mode off: the file is the user's own job's, and Lambda layers need it (as
+        # for a captured model: capture/keras_models.py).
         contract = load_bundle(files.bundle)
-        return keras.models.load_model(path, compile=False, custom_objects=keras_classes(contract))
+        return keras.models.load_model(
+            path, compile=False, custom_objects=keras_classes(contract), safe_mode=False
+        )

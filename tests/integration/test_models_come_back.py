@@ -91,7 +91,7 @@ def test_a_model_zoo_modules_own_layers_come_back_in_the_model(job_home, tmp_pat
     )
 
 
-def test_a_notebooks_own_layer_comes_back_in_the_model(job_home):
+def test_a_notebooks_own_layer_and_a_lambda_come_back_in_the_model(job_home):
     import keras
 
     class Doubled(keras.layers.Layer):  # defined "in the notebook": captured by value
@@ -103,6 +103,7 @@ def test_a_notebooks_own_layer_comes_back_in_the_model(job_home):
             [
                 keras.Input((64,)),
                 Doubled(),
+                keras.layers.Lambda(lambda t: 0.5 * t),  # (loading it takes safe_mode off)
                 keras.layers.Dense(64, activation="relu"),
                 keras.layers.Dense(10),
             ]
@@ -120,5 +121,5 @@ def test_a_notebooks_own_layer_comes_back_in_the_model(job_home):
     )
     assert job.wait(timeout=300)["state"] == "succeeded"
     model = job.model()
-    assert type(model.layers[0]).__name__ == "Doubled"
+    assert [type(layer).__name__ for layer in model.layers[:2]] == ["Doubled", "Lambda"]
     assert _accuracy(model, xt, yt) >= 0.85
