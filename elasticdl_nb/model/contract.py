@@ -93,6 +93,22 @@ class ModelContract:
         return cls(**found)
 
 
+def call_model(model, features: Any, training: bool):
+    """`model(features)`, taking features as ElasticDL's feeds give them: a feed may key a
+    single-input model's features by a name of its own (`{"feature": ids}` for a model
+    whose one Input has another name), which Keras 2's `model.call` took as the one input
+    and Keras 3 refuses ("Missing data for input")."""
+    try:
+        inputs = model.inputs  # (none for a subclassed model: it takes what it is given)
+    except (AttributeError, ValueError):
+        inputs = None
+    if isinstance(features, Mapping) and len(features) == 1 and inputs and len(inputs) == 1:
+        ((name, value),) = features.items()
+        if name != inputs[0].name:
+            features = value
+    return model(features, training=training)
+
+
 _HINTS = {
     "loss": "Add `def loss(labels, predictions): return <a scalar tensor>`.",
     "optimizer": "Add `def optimizer(): return tf.keras.optimizers.SGD(0.1)` (any Keras "

@@ -9,7 +9,7 @@ import elasticdl_nb as edl
 from elasticdl_nb.runtime.job_dir import JobDir, read_json
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.conftest import job_processes
-from tests.integration.models import accuracy, digits_job, model_zoo_module
+from tests.integration.models import EXAMPLES, accuracy, digits_job, model_zoo_module
 from tests.tensorboard_files import read_scalars
 
 pytestmark = pytest.mark.slow
@@ -194,3 +194,30 @@ def test_csv_regression_recovers_known_weights(job_home, tmp_path):
     bias, kernel = at.numpy()[0, 0], at.numpy()[1:, 0] - at.numpy()[0, 0]
     np.testing.assert_allclose(kernel, w, atol=0.02)
     np.testing.assert_allclose(bias, 0.3, atol=0.02)
+
+
+def test_a_feed_keying_a_single_input_models_features_by_its_own_name_trains(job_home, tmp_path):
+    """ElasticDL's feeds return {"feature": x} for a model whose one Input has no such
+    name (Keras 2's model.call took it; Keras 3 refused it as 'Missing data for input'):
+    the zoo file with its Input unnamed and its feed keying the features."""
+    source = (EXAMPLES / "model_zoo" / "digits_tfrecord.py").read_text()
+    keyed = source.replace('tf.keras.Input(shape=(64,), name="image")', "tf.keras.Input((64,))")
+    keyed = keyed.replace(
+        "        return features, tf.cast(", '        return {"feature": features}, tf.cast('
+    )
+    assert keyed.count('{"feature": features}') == 1 and 'name="image"' not in keyed
+    zoo = tmp_path / "keyed_feed.py"
+    zoo.write_text(keyed)
+    train_glob, test_file = model_zoo_module("digits_tfrecord").write_digits_tfrecords(tmp_path)
+    job = edl.train(
+        "keyed_feed.custom_model",
+        model_zoo=str(zoo),
+        data=train_glob,
+        validation_data=test_file,
+        workers=2,
+        epochs=8,
+        minibatch_size=32,
+    )
+    status = job.wait(timeout=300)
+    assert status["state"] == "succeeded", status.get("error")
+    assert status["metrics"]["accuracy"] >= 0.90

@@ -127,3 +127,29 @@ def test_a_step_takes_sparse_features_through_the_combiner():
             rows=runner.initial_rows({table.name: batch_ids}),
         )
         assert sorted(grads.tables[table.name][0]) == sorted(batch_ids)
+
+
+def test_a_feed_may_key_a_single_input_models_features_by_any_name():
+    """ElasticDL's feeds return {"feature": ids} for a model whose one Input has another
+    name: Keras 2's model.call took it, Keras 3 refuses it; call_model takes the dict's
+    one value then. Named inputs and a subclassed model's dict are left as they are."""
+    from elasticdl_nb.model.contract import call_model
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    unnamed_input = keras.Input((3,))
+    unnamed = keras.Model(unnamed_input, keras.layers.Dense(1)(unnamed_input))
+    with pytest.raises(ValueError, match="Missing data for input"):
+        unnamed({"feature": x})
+    np.testing.assert_allclose(call_model(unnamed, {"feature": x}, False), unnamed(x))
+    sequential = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    np.testing.assert_allclose(call_model(sequential, {"feature": x}, False), sequential(x))
+
+    named_input = keras.Input((3,), name="ids")
+    named = keras.Model(named_input, keras.layers.Dense(1)(named_input))
+    np.testing.assert_allclose(call_model(named, {"ids": x}, False), named(x))
+
+    class TakesADict(keras.Model):
+        def call(self, features):
+            return features["feature"] * 2.0
+
+    np.testing.assert_allclose(call_model(TakesADict(), {"feature": x}, False), 2 * x)

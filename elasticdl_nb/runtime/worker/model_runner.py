@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from elasticdl_nb.model.contract import ContractError, ModelContract
+from elasticdl_nb.model.contract import ContractError, ModelContract, call_model
 from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 from elasticdl_nb.runtime.table_def import initial_rows
@@ -119,7 +119,7 @@ class ModelRunner:
         """Create the variables (by calling the model once) and compile the steps."""
         self._probing = True  # the first call builds the layers: no rows needed for that
         try:
-            self.model(features, training=False)
+            call_model(self.model, features, training=False)
         finally:
             self._probing = False
         placeholders = {id(layer._embeddings) for layer in self._tables}
@@ -161,7 +161,7 @@ class ModelRunner:
             self._probed = {}
             self._probing = True
             try:
-                model(features, training=False)
+                call_model(model, features, training=False)
             finally:
                 self._probing = False
             out = []
@@ -189,7 +189,7 @@ class ModelRunner:
             load_dense(dense_values)
             with tf.GradientTape() as tape, self._rows_in_use(ids, rows):
                 tape.watch(rows)
-                predictions = model(features, training=True)
+                predictions = call_model(model, features, training=True)
                 loss = loss_fn(labels, predictions)
                 if model.losses:
                     loss = loss + tf.add_n(model.losses)
@@ -216,14 +216,14 @@ class ModelRunner:
         @tf.function(reduce_retracing=True)
         def evaluate(features, labels, ids, rows):
             with self._rows_in_use(ids, rows):
-                predictions = model(features, training=False)
+                predictions = call_model(model, features, training=False)
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
         @tf.function(reduce_retracing=True)
         def forward(features, ids, rows):
             with self._rows_in_use(ids, rows):
-                return model(features, training=False)
+                return call_model(model, features, training=False)
 
         self._probe, self._evaluate, self._load, self._forward = probe, evaluate, load, forward
         self._train_fn, self._train = train, None  # compiled at the first step (see there)
@@ -296,7 +296,7 @@ class ModelRunner:
         dense variables set to `dense`, each Embedding's table to `tables`' array, and its
         non-trainable state (normalization statistics) to this worker's."""
         model = self.contract.build_model()
-        model(features, training=False)
+        call_model(model, features, training=False)
         layers = [
             layer
             for layer in model._flatten_layers(include_self=False)

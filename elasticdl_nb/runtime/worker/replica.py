@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from elasticdl_nb.model.contract import ContractError, ModelContract
+from elasticdl_nb.model.contract import ContractError, ModelContract, call_model
 from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 
@@ -39,7 +39,7 @@ class Replica:
     def build(self, features: Any) -> None:
         """Create the model's and the optimizer's variables, so that the state is whole
         before the first step (a joiner receives it all at once)."""
-        self.model(features, training=False)
+        call_model(self.model, features, training=False)
         self.variables = list(self.model.trainable_variables)
         self.optimizer.build(self.variables)
         self._sizes = [int(np.prod(v.shape)) for v in self.variables]
@@ -61,7 +61,7 @@ class Replica:
 
         def gradients(features, labels):
             with tf.GradientTape() as tape:
-                predictions = model(features, training=True)
+                predictions = call_model(model, features, training=True)
                 loss = loss_fn(labels, predictions)
                 if model.losses:
                     loss = loss + tf.add_n(model.losses)
@@ -81,7 +81,7 @@ class Replica:
 
         @tf.function(reduce_retracing=True)
         def evaluate(features, labels):
-            predictions = model(features, training=False)
+            predictions = call_model(model, features, training=False)
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
