@@ -1,7 +1,9 @@
 """Evaluation metrics from `eval_metrics_fn()`, and merging their states across workers.
 
 ElasticDL's `eval_metrics_fn` returns a dict whose values are Keras metrics or functions
-`fn(labels, predictions)` giving per-example values (averaged, as ElasticDL did). Workers
+`fn(labels, predictions)` giving per-example values (averaged, as ElasticDL did), or, for
+a model with several outputs, such a dict per output name (each output's predictions
+against the same labels, as ElasticDL did; named "<output>/<metric>" here). Workers
 evaluate their tasks and send the metrics' state variables; the master adds the states up
 and reads the result. Adding is right for Keras' counting metrics (Mean and its wrappers,
 accuracy, AUC, precision, recall, cross-entropies): their states are sums and counts.
@@ -19,13 +21,49 @@ from elasticdl_nb.model.contract import ContractError, ModelContract
 LOSS_METRIC = "loss"
 
 
+class OneOutput:
+    """A metric of one output of a model with several (ElasticDL's per-output
+    `eval_metrics_fn`): given every output's predictions, it is updated with `output`'s.
+    It reads, resets and merges as the metric it holds."""
+
+    def __init__(self, metric: Any, output: str):
+        self.metric, self.output = metric, output
+
+    def update_state(self, labels, predictions):
+        if isinstance(predictions, Mapping):  # (a model of one output: its predictions)
+            predictions = predictions[self.output]
+        return self.metric.update_state(labels, predictions)
+
+    def result(self):
+        return self.metric.result()
+
+    def reset_state(self) -> None:
+        self.metric.reset_state()
+
+    @property
+    def variables(self) -> list:
+        return self.metric.variables
+
+
 def make_eval_metrics(contract: ModelContract) -> dict[str, Any]:
-    """Fresh metric objects for an evaluation; always includes the loss."""
+    """Fresh metric objects for an evaluation; always includes the loss. Per output
+    (`{"logits": {"auc": ...}}`), a metric is named "<output>/<metric>"."""
     import keras
     import tensorflow as tf
 
     def mean_of(fn):
         return lambda labels, predictions: tf.cast(fn(labels, predictions), tf.float32)
+
+    def metric_of(name: str, metric: Any, where: str):
+        if isinstance(metric, keras.metrics.Metric):
+            return metric
+        if callable(metric):
+            return keras.metrics.MeanMetricWrapper(mean_of(metric), name=name)
+        raise ContractError(
+            f"eval_metrics_fn(){where} is a {type(metric).__name__}; use a Keras metric or "
+            "a function(labels, predictions), or per output a dict of them "
+            '({"output name": {"auc": keras.metrics.AUC()}}).'
+        )
 
     metrics: dict[str, Any] = {
         LOSS_METRIC: keras.metrics.MeanMetricWrapper(mean_of(contract.loss), name=LOSS_METRIC)
@@ -36,15 +74,20 @@ def make_eval_metrics(contract: ModelContract) -> dict[str, Any]:
             "eval_metrics_fn() must return a dict of name -> Keras metric or "
             f"function(labels, predictions); got {type(given).__name__}."
         )
-    for name, metric in given.items():
-        if isinstance(metric, keras.metrics.Metric):
-            metrics[name] = metric
-        elif callable(metric):
-            metrics[name] = keras.metrics.MeanMetricWrapper(mean_of(metric), name=name)
-        else:
-            raise ContractError(
-                f"eval_metrics_fn()['{name}'] is a {type(metric).__name__}; "
-                "use a Keras metric or a function(labels, predictions)."
+    per_output = [isinstance(value, Mapping) for value in given.values()]
+    if any(per_output) and not all(per_output):
+        raise ContractError(
+            "eval_metrics_fn() mixes metrics of the whole model with per-output dicts: "
+            'return either {"name": metric, ...} or {"output name": {"name": metric}, ...}.'
+        )
+    for name, value in given.items():
+        if not isinstance(value, Mapping):
+            metrics[name] = metric_of(name, value, f"['{name}']")
+            continue
+        for metric_name, metric in value.items():
+            where = f"['{name}']['{metric_name}']"
+            metrics[f"{name}/{metric_name}"] = OneOutput(
+                metric_of(metric_name, metric, where), name
             )
     return metrics
 

@@ -9,7 +9,7 @@ import elasticdl_nb as edl
 from elasticdl_nb.runtime.job_dir import JobDir, read_json
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from tests.conftest import job_processes
-from tests.integration.models import EXAMPLES, accuracy, digits_job, model_zoo_module
+from tests.integration.models import EXAMPLES, accuracy, digits_job, digits_split, model_zoo_module
 from tests.tensorboard_files import read_scalars
 
 pytestmark = pytest.mark.slow
@@ -221,3 +221,51 @@ def test_a_feed_keying_a_single_input_models_features_by_its_own_name_trains(job
     status = job.wait(timeout=300)
     assert status["state"] == "succeeded", status.get("error")
     assert status["metrics"]["accuracy"] >= 0.90
+
+
+def test_a_model_with_two_outputs_is_evaluated_per_output(job_home):
+    """ElasticDL's per-output eval_metrics_fn ({"output": {"name": metric}}): each output's
+    predictions against the labels, reported as "<output>/<name>"."""
+    import keras
+    import tensorflow as tf
+
+    def custom_model():
+        inputs = keras.Input((64,))
+        hidden = keras.layers.Dense(64, activation="relu")(inputs)
+        logits = keras.layers.Dense(10, name="logits")(hidden)
+        return keras.Model(inputs, {"logits": logits, "probs": keras.layers.Softmax()(logits)})
+
+    def loss(labels, predictions):
+        return tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(
+                labels, predictions["logits"], from_logits=True
+            )
+        )
+
+    def eval_metrics_fn():
+        return {
+            "logits": {"accuracy": keras.metrics.SparseCategoricalAccuracy()},
+            "probs": {
+                "top2": lambda labels, probs: keras.metrics.sparse_top_k_categorical_accuracy(
+                    labels, probs, k=2
+                )
+            },
+        }
+
+    (x, y), (xt, yt) = digits_split()
+    job = edl.train(
+        custom_model,
+        loss=loss,
+        optimizer=lambda: keras.optimizers.Adam(0.005),
+        eval_metrics_fn=eval_metrics_fn,
+        data=(x, y),
+        validation_data=(xt, yt),
+        workers=2,
+        epochs=6,
+        minibatch_size=32,
+    )
+    status = job.wait(timeout=300)
+    assert status["state"] == "succeeded", status.get("error")
+    metrics = status["metrics"]
+    assert sorted(metrics) == ["logits/accuracy", "loss", "probs/top2", "step"], metrics
+    assert 0.90 <= metrics["logits/accuracy"] <= metrics["probs/top2"] <= 1.0
