@@ -66,6 +66,8 @@ def _origin(module: types.ModuleType | None) -> str:
         return "installed"
     if module.__name__ == "__main__":
         return "notebook"
+    if module.__name__.split(".")[0] == "elasticdl_nb":
+        return "installed"  # every job process runs it (even from a source checkout)
     path = getattr(module, "__file__", None)
     if not path:
         return "installed"  # built-in or frozen

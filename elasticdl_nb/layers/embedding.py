@@ -21,6 +21,10 @@ outside a job it has no rows to give, and says so.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import keras
 import tensorflow as tf
 
@@ -41,6 +45,7 @@ class Embedding(keras.layers.Embedding):
         max_rows: int = 0,
         ttl_steps: int = 0,
         embedding_service_endpoint=None,  # ElasticDL's old Redis service: not needed here
+        whole_table: bool | None = None,
         **kwargs,
     ):
         if combiner is not None and combiner not in COMBINERS:
@@ -63,14 +68,30 @@ class Embedding(keras.layers.Embedding):
         self.input_length = input_length
         self.combiner = combiner
         self.min_count, self.max_rows, self.ttl_steps = min_count, max_rows, ttl_steps
+        self.whole_table = _WHOLE_TABLES.on if whole_table is None else whole_table
+        if self.whole_table and input_dim is None:
+            raise ValueError(
+                f"Embedding '{self.name}' has no input_dim, so no whole table: its rows are "
+                "exported as (id, vector) files (elasticdl_nb.load_embeddings reads them)."
+            )
 
     def build(self, input_shape=None):
+        if self.whole_table:  # an exported model's: a Keras Embedding's table
+            self._embeddings = self.add_weight(
+                shape=(self.input_dim, self.output_dim),
+                initializer=self.embeddings_initializer,
+                name="embeddings",
+                trainable=True,
+            )
+            return
         # The table is on the parameter servers; this stands in for it in the model.
         self._embeddings = self.add_weight(
             shape=(1, self.output_dim), initializer="zeros", name="embeddings", trainable=True
         )
 
     def call(self, inputs):
+        if self.whole_table:
+            return self.assemble(inputs, tf.gather(self._embeddings, self.lookup_ids(inputs)))
         raise RuntimeError(
             f"Embedding '{self.name}' keeps its rows on the parameter servers of an "
             "elasticdl-nb job, so it runs only inside one: train the model with "
@@ -132,5 +153,25 @@ class Embedding(keras.layers.Embedding):
             min_count=self.min_count,
             max_rows=self.max_rows,
             ttl_steps=self.ttl_steps,
+            whole_table=self.whole_table,
         )
         return config
+
+
+class _WholeTables(threading.local):
+    on = False
+
+
+_WHOLE_TABLES = _WholeTables()
+
+
+@contextmanager
+def whole_tables() -> Iterator[None]:
+    """Embedding layers created inside hold their whole table (`input_dim` rows), as a
+    Keras Embedding does: the model a job exports, which then runs and loads anywhere (its
+    config says so). Elsewhere a layer's rows are on the parameter servers."""
+    _WHOLE_TABLES.on = True
+    try:
+        yield
+    finally:
+        _WHOLE_TABLES.on = False

@@ -34,7 +34,15 @@ def defaults(shell):
 def train(shell, line: str, cell: str):
     # A fresh notebook: model functions an earlier test's cell defined are not around
     # (in a real notebook they would be, and would be used: the summary line lists them).
-    for name in ("custom_model", "loss", "optimizer", "model", "feed", "eval_metrics_fn"):
+    for name in (
+        "custom_model",
+        "loss",
+        "optimizer",
+        "model",
+        "feed",
+        "eval_metrics_fn",
+        "callbacks",
+    ):
         shell.user_ns.pop(name, None)
     return shell.run_cell_magic("elasticdl", "train " + line, textwrap.dedent(cell))
 
@@ -144,7 +152,7 @@ def custom_model():
     # Each pixel's value (0-16, scaled to [0, 1] here) at each position is an id.
     values = keras.ops.cast(keras.ops.round(pixels * 16), "int64")
     ids = values + keras.ops.arange(64, dtype="int64") * 17
-    vectors = Embedding(4, name="pixel_values")(ids)
+    vectors = Embedding(4, input_dim=64 * 17, name="pixel_values")(ids)
     return keras.Model(pixels, keras.layers.Dense(10)(keras.layers.Flatten()(vectors)))
 
 def loss(labels, predictions):
@@ -185,6 +193,13 @@ def test_a_cell_written_for_elasticdl_trains_with_its_import_paths(shell, job_ho
     print("tables:", tables[-1])
     assert list(tables[-1]) == ["pixel_values/embeddings"]
     assert tables[-1]["pixel_values/embeddings"]["rows"] <= 64 * 17  # ids seen, on the PS
+    # With an input_dim the table comes back whole in the exported model, which runs here.
+    model = job.model()
+    layer = model.get_layer("pixel_values")
+    assert type(layer).__name__ == "Embedding" and layer.embeddings.shape == (64 * 17, 4)
+    (_, _), (x_test, y_test) = digits_split()
+    predicted = np.argmax(model.predict(x_test, verbose=0), axis=1)
+    assert np.mean(predicted == y_test) == pytest.approx(status["metrics"]["accuracy"], abs=0.01)
 
 
 @pytest.mark.slow

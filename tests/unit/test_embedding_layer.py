@@ -153,3 +153,25 @@ def test_a_feed_may_key_a_single_input_models_features_by_any_name():
             return features["feature"] * 2.0
 
     np.testing.assert_allclose(call_model(TakesADict(), {"feature": x}, False), 2 * x)
+
+
+def test_a_layer_made_for_export_holds_its_whole_table_and_comes_back_whole():
+    """The model a job exports is built inside whole_tables(): ElasticDL's Embedding then
+    holds input_dim rows and looks them up as Keras's does, and its config says so, so the
+    saved model loads and runs anywhere (issue 38: export failed on such a layer)."""
+    from elasticdl_nb.layers.embedding import whole_tables
+
+    with whole_tables():
+        layer = Embedding(3, input_dim=5, combiner="sum")
+    assert not Embedding(3, input_dim=5).whole_table  # outside: rows on the PS
+    ids = np.array([[0, 4], [2, 2]])
+    out = layer(ids)
+    table = layer.embeddings.numpy()
+    assert table.shape == (5, 3)
+    np.testing.assert_allclose(out, table[ids])
+    bags = tf.sparse.from_dense(tf.constant([[1, 3], [0, 0]], tf.int64))
+    np.testing.assert_allclose(layer(bags)[0], table[1] + table[3], rtol=1e-6)
+    again = Embedding.from_config(layer.get_config())
+    assert again.whole_table and again(ids).shape == (2, 2, 3)
+    with pytest.raises(ValueError, match="no input_dim"), whole_tables():
+        Embedding(3)

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.layers.embedding import whole_tables
 from elasticdl_nb.model.contract import ContractError, ModelContract, call_model
 from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
@@ -295,7 +296,8 @@ class ModelRunner:
         """A model with whole tables (for export): built afresh from `custom_model()`, its
         dense variables set to `dense`, each Embedding's table to `tables`' array, and its
         non-trainable state (normalization statistics) to this worker's."""
-        model = self.contract.build_model()
+        with whole_tables():  # (ElasticDL's Embedding too: a table like Keras's)
+            model = self.contract.build_model()
         call_model(model, features, training=False)
         layers = [
             layer
