@@ -1,9 +1,11 @@
 """ElasticDL's import paths, for model-zoo files and notebook cells written for ElasticDL:
 `from elasticdl.python.elasticdl.layers.embedding import Embedding`, `from
 elasticdl.python.common.constants import Mode`, `from elasticdl.python.elasticdl.callbacks
-import LearningRateScheduler` work wherever `elasticdl_nb` is imported (a notebook after
-`import elasticdl_nb` or `%load_ext elasticdl_nb`, and every process of a job), without
-ElasticDL installed. They name our own `Embedding`, `Mode` and callbacks.
+import LearningRateScheduler`, `from elasticdl.python.worker.prediction_outputs_processor
+import BasePredictionOutputsProcessor` work wherever `elasticdl_nb` is imported (a
+notebook after `import elasticdl_nb` or `%load_ext elasticdl_nb`, and every process of a
+job), without ElasticDL installed. They name our own `Embedding`, `Mode`, callbacks and
+prediction processor base.
 
 A finder on `sys.meta_path`, the import system's own hook for modules that are not
 files: it is asked last, so an installed ElasticDL is found first and wins, and it makes
@@ -28,6 +30,11 @@ PROVIDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "elasticdl.python.elasticdl": ("", ()),
     "elasticdl.python.elasticdl.layers": ("", ()),
     "elasticdl.python.elasticdl.layers.embedding": ("elasticdl_nb.layers", ("Embedding",)),
+    "elasticdl.python.worker": ("", ()),
+    "elasticdl.python.worker.prediction_outputs_processor": (
+        "elasticdl_nb.model.contract",
+        ("BasePredictionOutputsProcessor",),
+    ),
     "elasticdl.python.elasticdl.callbacks": (
         "elasticdl_nb.callbacks",
         ("LearningRateScheduler", "MaxStepsStopping", "SavedModelExporter"),

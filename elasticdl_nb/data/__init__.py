@@ -8,7 +8,7 @@ TensorFlow (nor fsspec until a remote URL is used), so the master can import it
 and start quickly.
 """
 
-from elasticdl_nb.data.csv_decoding import default_decode_csv
+from elasticdl_nb.data.csv_decoding import default_decode_csv, default_decode_csv_features
 from elasticdl_nb.data.errors import DataError
 from elasticdl_nb.data.readers import RecordReader, open_reader
 from elasticdl_nb.data.sources import SourceInfo, resolve_sources
@@ -19,6 +19,7 @@ __all__ = [
     "RecordReader",
     "SourceInfo",
     "default_decode_csv",
+    "default_decode_csv_features",
     "open_reader",
     "resolve_sources",
     "stage_arrays",

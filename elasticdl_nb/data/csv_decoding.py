@@ -50,6 +50,17 @@ def default_decode_csv(
     return features, labels
 
 
+def default_decode_csv_features(
+    rows: np.ndarray, column_names: Sequence[str], label_column: str | None = None
+) -> np.ndarray:
+    """CSV rows of prediction data (no labels to split off) as float32 features [n, k]:
+    every column but `label_column`, when the data has that column."""
+    names = list(column_names)
+    rows = np.asarray(rows)
+    keep = [i for i, name in enumerate(names) if name != label_column]
+    return _to_float32(rows[:, keep], [names[i] for i in keep])
+
+
 def _to_float32(block: np.ndarray, names: list[str]) -> np.ndarray:
     try:
         return block.astype(np.float32)

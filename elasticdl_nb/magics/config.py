@@ -16,7 +16,7 @@ from traitlets.config import Configurable
 
 from elasticdl_nb.spec import JobSpec, SpecError, closest, option_fields
 
-_PER_JOB = {"name", "data", "validation_data", "model_def", "model_zoo"}
+_PER_JOB = {"name", "data", "validation_data", "prediction_data", "model_def", "model_zoo"}
 _TRAITS = {bool: Bool, int: Int, str: Unicode}
 
 

@@ -192,12 +192,14 @@ class ElasticDLMagics(Magics):
         entries = model_entries(namespace, cell, model_name)
         data = resolve_data(namespace, "data", args.pop("data", None))
         validation = resolve_data(namespace, "validation_data", args.pop("validation_data", None))
+        prediction = resolve_data(namespace, "prediction_data", args.pop("prediction_data", None))
         options = {**defaults.job_defaults(self.config_defaults), **args}
         job = train(
             entries.pop("custom_model"),
             **entries,
             data=data,
             validation_data=validation,
+            prediction_data=prediction,
             check=check,
             dry_run=dry_run,
             **options,

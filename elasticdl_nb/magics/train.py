@@ -20,9 +20,12 @@ from typing import Any
 
 from elasticdl_nb.capture.keras_models import is_keras_model
 from elasticdl_nb.commands import flag as option_flag
+from elasticdl_nb.model.contract import ALIASES, OPTIONAL, REQUIRED
 from elasticdl_nb.spec import SpecError, closest
 
-CONTRACT = ("loss", "optimizer", "feed", "dataset_fn", "eval_metrics_fn", "callbacks")
+# The contract's entries a cell may define, by their names first, then by other names
+# they go by (ElasticDL's `dataset_fn`, `PredictionOutputsProcessor`).
+CONTRACT = REQUIRED[1:] + OPTIONAL + tuple(ALIASES)
 
 
 def names_assigned(cell: str) -> list[str]:
@@ -77,9 +80,8 @@ def model_entries(namespace: Mapping[str, Any], cell: str, model_name: str | Non
     for name in CONTRACT:
         value = namespace.get(name)
         if callable(value) or (name == "callbacks" and isinstance(value, list | tuple)):
-            entries[name] = value  # (`callbacks = [EarlyStopping(...)]` as for fit)
-    if "feed" in entries:
-        entries.pop("dataset_fn", None)
+            # (`callbacks = [EarlyStopping(...)]` as for fit)
+            entries.setdefault(ALIASES.get(name, name), value)
     return entries
 
 
@@ -106,7 +108,7 @@ def resolve_data(namespace: Mapping[str, Any], option: str, items: list[str] | N
             f", the rest paths: pass either the arrays' names ({flag} x y) or file paths."
         )
     values = [namespace[item] for item in variables]
-    if len(values) == 1 and hasattr(values[0], "shape"):
+    if len(values) == 1 and hasattr(values[0], "shape") and option != "prediction_data":
         raise SpecError(
             f"{flag} {items[0]}: one array, without labels: name the labels' array too "
             f"({flag} {items[0]} LABELS)."

@@ -2,8 +2,11 @@
 
 A model module defines `custom_model()` (a Keras model), `loss(labels, predictions)`,
 `optimizer()`, `feed(dataset, mode, metadata)` (or its older name `dataset_fn`),
-optionally `eval_metrics_fn()` and `callbacks()`. `ModelContract` holds those functions,
-however they were given (a model-zoo file, a module object, or functions passed to the SDK).
+optionally `eval_metrics_fn()`, `callbacks()` and, for a job with prediction data, a
+`PredictionOutputsProcessor` class (ElasticDL's name; `prediction_outputs_processor` in
+the SDK) whose `process(predictions, worker_id)` each worker calls with every minibatch's
+predictions. `ModelContract` holds those functions, however they were given (a model-zoo
+file, a module object, or functions passed to the SDK).
 """
 
 from __future__ import annotations
@@ -27,8 +30,20 @@ class Mode:
     PREDICTION = "prediction"
 
 
+class BasePredictionOutputsProcessor:
+    """What a model's `PredictionOutputsProcessor` is (ElasticDL's base class, by its
+    name): `process` is called on each worker with every minibatch's predictions (NumPy,
+    in the model's output structure) as they are made; a minibatch whose task is redone
+    after its worker was lost is given again."""
+
+    def process(self, predictions: Any, worker_id: int) -> None:
+        raise NotImplementedError("define process(self, predictions, worker_id)")
+
+
 REQUIRED = ("custom_model", "loss", "optimizer")
-OPTIONAL = ("feed", "eval_metrics_fn", "callbacks")
+OPTIONAL = ("feed", "eval_metrics_fn", "callbacks", "prediction_outputs_processor")
+# Other names the contract's entries go by in a module (ElasticDL's, older or its own).
+ALIASES = {"dataset_fn": "feed", "PredictionOutputsProcessor": "prediction_outputs_processor"}
 
 
 @dataclass
@@ -39,6 +54,7 @@ class ModelContract:
     feed: Callable[[Any, str, Any], Any] | None = None
     eval_metrics_fn: Callable[[], Mapping[str, Any]] | None = None
     callbacks: Callable[[], list] | None = None
+    prediction_outputs_processor: Any = None  # a class, or an object with `process`
 
     def build_model(self) -> Any:
         """A fresh Keras model from `custom_model()`; ContractError if it is not one."""
@@ -51,6 +67,21 @@ class ModelContract:
                 "model: return e.g. keras.Sequential([...]) or keras.Model(...)."
             )
         return model
+
+    def make_prediction_processor(self) -> Any:
+        """The object whose `process(predictions, worker_id)` gets each minibatch's
+        predictions (one per worker process), or None."""
+        given = self.prediction_outputs_processor
+        if given is None:
+            return None
+        processor = given() if isinstance(given, type) else given
+        if not callable(getattr(processor, "process", None)):
+            raise ContractError(
+                f"The prediction outputs processor {type(processor).__name__} has no "
+                "process(predictions, worker_id) method: define one (ElasticDL's "
+                "BasePredictionOutputsProcessor says the same)."
+            )
+        return processor
 
     def version_schedule(self) -> Callable[[int], float] | None:
         """The learning rate by model version of an ElasticDL `LearningRateScheduler`
@@ -82,10 +113,14 @@ class ModelContract:
             if namespace.get(name) is None:
                 raise ContractError(f"{where} does not define '{name}'. " + _HINTS[name])
             found[name] = namespace[name]
-        found["feed"] = namespace.get("feed") or namespace.get("dataset_fn")
-        found["eval_metrics_fn"] = namespace.get("eval_metrics_fn")
-        found["callbacks"] = namespace.get("callbacks")
+        for name in OPTIONAL:
+            aliases = [alias for alias, meant in ALIASES.items() if meant == name]
+            found[name] = next(
+                (namespace[n] for n in (name, *aliases) if namespace.get(n) is not None), None
+            )
         for name, fn in found.items():
+            if name == "prediction_outputs_processor":
+                continue  # (a class, or an object with `process`: checked when made)
             if fn is not None and not callable(fn):
                 raise ContractError(
                     f"'{name}' in {where} must be a function, got {type(fn).__name__}."

@@ -118,6 +118,11 @@ class JobDir:
         return not_exported_note(self.saved_model)
 
     @property
+    def predictions(self) -> Path:
+        """The prediction tasks' outputs, a file per task (`runtime/predictions.py`)."""
+        return self.path / "predictions"
+
+    @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
 

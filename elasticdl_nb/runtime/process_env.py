@@ -115,7 +115,8 @@ class ProcessEnv:
         return JobDir(self.job_dir)
 
     def load_sources(self) -> dict[str, list[SourceInfo]]:
-        """The resolved data sources: {'train': [...], 'validation': [...]}."""
+        """The resolved data sources: {'train': [...], 'validation': [...], 'prediction':
+        [...]} (a job from before prediction data has no 'prediction')."""
         raw = json.loads(self.files.sources.read_text())
         return {k: [SourceInfo.from_dict(s) for s in v] for k, v in raw.items()}
 

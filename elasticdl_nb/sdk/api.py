@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from elasticdl_nb.runtime.job_dir import JobDir
 
 _ARRAYS_PLACEHOLDER = "<in-memory arrays>"
-_STAGED_AS = {"data": "train", "validation_data": "validation"}  # under the job's data/
+# Each data option: where its arrays are staged under the job's data/, and its sources'
+# key in sources.json.
+_STAGED_AS = {"data": "train", "validation_data": "validation", "prediction_data": "prediction"}
 
 
 def _is_arrays(data: Any) -> bool:
@@ -56,11 +58,13 @@ def train(
     *,
     data: Any,
     validation_data: Any = None,
+    prediction_data: Any = None,
     loss: Callable | None = None,
     optimizer: Callable | None = None,
     feed: Callable | None = None,
     eval_metrics_fn: Callable | None = None,
     callbacks: Callable | list | None = None,
+    prediction_outputs_processor: Any = None,
     check: bool = True,
     dry_run: bool = False,
     **options: Any,
@@ -72,10 +76,15 @@ def train(
     model: 'module.custom_model' (with model_zoo=...), a model-zoo module, a dict of the
         contract's functions, or the custom_model function (then loss=, optimizer=, ...).
     data, validation_data: CSV/TFRecord paths or globs, or in-memory (x, y) arrays.
+    prediction_data: the same forms (arrays: x alone), predicted for once trained:
+        `job.predictions()` returns them in the data's order, and each worker gives each
+        minibatch's to `prediction_outputs_processor` (a class with `process(predictions,
+        worker_id)`, ElasticDL's PredictionOutputsProcessor), if given.
     options: any JobSpec option (workers=, ps=, epochs=, minibatch_size=, ...).
     check: run one training step here first (recommended).
     """
-    spec = _job_spec(model, data, validation_data, options)
+    given = {"data": data, "validation_data": validation_data, "prediction_data": prediction_data}
+    spec = _job_spec(model, given, options)
     backend = _backend(spec, dry_run)
     functions = _model_functions(
         model,
@@ -86,9 +95,9 @@ def train(
             "feed": feed,
             "eval_metrics_fn": eval_metrics_fn,
             "callbacks": _callbacks_function(callbacks),
+            "prediction_outputs_processor": prediction_outputs_processor,
         },
     )
-    given = {"data": data, "validation_data": validation_data}
     sources = {option: _file_sources(spec, option, value) for option, value in given.items()}
     record = job_records.create_job(spec.name or _default_name(model, spec), spec.backend)
     try:
@@ -100,7 +109,7 @@ def train(
         if check:
             from elasticdl_nb.sdk.preflight import check_one_batch
 
-            check_one_batch(record.files.bundle, spec, sources["data"])
+            check_one_batch(record.files.bundle, spec, sources["data"], sources["prediction_data"])
         if dry_run:
             return _dry_run(backend, spec, record)
         backend.submit(spec, record)
@@ -136,10 +145,11 @@ def _warn_of_idle_workers(spec: JobSpec, train: list[SourceInfo]) -> None:
     )
 
 
-def _job_spec(model: Any, data: Any, validation_data: Any, options: dict) -> JobSpec:
-    """The validated spec of `train`'s arguments; in-memory arrays stand in as a
-    placeholder until they are staged into the job directory."""
-    if data is None:
+def _job_spec(model: Any, given: dict[str, Any], options: dict) -> JobSpec:
+    """The validated spec of `train`'s arguments (`given`: each data option's value);
+    in-memory arrays stand in as a placeholder until they are staged into the job
+    directory."""
+    if given["data"] is None:
         raise SpecError(
             "No training data: pass data= (CSV or TFRecord paths or globs, or "
             "in-memory (x, y) arrays)."
@@ -148,8 +158,10 @@ def _job_spec(model: Any, data: Any, validation_data: Any, options: dict) -> Job
         options.setdefault("model_def", model)
     return JobSpec.from_options(
         **options,
-        data=[_ARRAYS_PLACEHOLDER] if _is_arrays(data) else data,
-        validation_data=[_ARRAYS_PLACEHOLDER] if _is_arrays(validation_data) else validation_data,
+        **{
+            option: [_ARRAYS_PLACEHOLDER] if _is_arrays(value) else value
+            for option, value in given.items()
+        },
     )
 
 
@@ -210,8 +222,9 @@ def _write_job_dir(record: JobRecord, spec: JobSpec, sources: dict, functions: d
     files.sources.write_text(
         json.dumps(
             {
-                "train": [s.to_dict() for s in sources["data"]],
-                "validation": [s.to_dict() for s in sources["validation_data"]],
+                key: [s.to_dict() for s in sources[option]]
+                for option, key in _STAGED_AS.items()
+                if option != "prediction_data" or sources[option]  # (none: as before it)
             }
         )
     )
@@ -247,6 +260,8 @@ def _callbacks_function(callbacks: Callable | list | None) -> Callable | None:
 def _xy(data: Any, option: str) -> tuple[Any, Any]:
     if isinstance(data, tuple):
         return data
+    if option == "prediction_data":
+        return data, None  # (features alone: what is predicted needs no labels)
     raise DataError(
         f"{option}= got arrays without labels: pass ({option.split('_')[0]}_x, labels) as a tuple."
     )

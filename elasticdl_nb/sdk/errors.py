@@ -37,5 +37,10 @@ class NoModelYet(ElasticDLError, FileNotFoundError):
     """The job has not exported its trained model (it does when it succeeds)."""
 
 
+class NoPredictionsYet(ElasticDLError, LookupError):
+    """The job has no predictions to read: it has no prediction data, or has not
+    predicted for all of it yet (it does once trained, before the export)."""
+
+
 class IdleWorkersWarning(UserWarning):
     """A job asks for more workers than an epoch of its data has tasks: the rest wait."""

@@ -35,6 +35,7 @@ from elasticdl_nb.sdk.errors import (
     JobFailed,
     JobNotRunning,
     NoModelYet,
+    NoPredictionsYet,
     NoSuchLog,
     ScaleRefused,
     UnknownRole,
@@ -357,6 +358,28 @@ class Job:
         import tensorflow as tf
 
         return tf.saved_model.load(str(self.saved_model_path))
+
+    def predictions(self) -> Any:
+        """The trained model's outputs for the job's `prediction_data`, in the data's
+        order: one array, or a dict or list of them as the model's outputs are. Ready once
+        the job has predicted (after training and the final evaluation, before the export:
+        the `predictions` event)."""
+        from elasticdl_nb.runtime.predictions import IncompletePredictions, read_predictions
+
+        files = self._files
+        sources = json.loads(files.sources.read_text()).get("prediction", [])
+        if not sources:
+            raise NoPredictionsYet(
+                f"Job {self.name!r} has no prediction data: train with prediction_data= "
+                "(--prediction-data) to have it predict for a data set once trained."
+            )
+        try:
+            return read_predictions(files.predictions, [s["num_records"] for s in sources])
+        except IncompletePredictions as exc:
+            raise NoPredictionsYet(
+                f"Job {self.name!r} has not predicted for all of its prediction data ({exc}; "
+                f"state: {self.status().get('state')}): its workers do once it is trained."
+            ) from None
 
     def model(self):
         """The trained Keras model, loaded into this process."""

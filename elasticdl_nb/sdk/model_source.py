@@ -2,7 +2,8 @@
 
 Accepted: 'module.custom_model' (with model_zoo=), a module object, a mapping of the
 contract's functions, the `custom_model` function itself with the others given as
-keyword arguments (loss=, optimizer=, feed=, eval_metrics_fn=, callbacks=), or a Keras
+keyword arguments (loss=, optimizer=, feed=, eval_metrics_fn=, callbacks=,
+prediction_outputs_processor=), or a Keras
 model object (compiled, or with loss= and optimizer=).
 """
 
@@ -13,9 +14,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from elasticdl_nb.capture.keras_models import compiled_parts, is_keras_model
-from elasticdl_nb.model.contract import OPTIONAL, REQUIRED, ContractError, ModelContract
+from elasticdl_nb.model.contract import (
+    ALIASES,
+    OPTIONAL,
+    REQUIRED,
+    ContractError,
+    ModelContract,
+)
 
-FUNCTION_NAMES = REQUIRED + OPTIONAL + ("dataset_fn",)
+FUNCTION_NAMES = REQUIRED + OPTIONAL + tuple(ALIASES)
 
 
 def functions_of(model: Any, extra: Mapping[str, Callable | None]) -> dict[str, Any] | None:

@@ -26,8 +26,11 @@ def _shape(x) -> str:
     return str(tuple(shape)) if shape is not None else type(x).__name__
 
 
-def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) -> dict:
-    """Run one training step locally; returns {'loss': float, 'variables': int}."""
+def check_one_batch(
+    bundle_dir: Path, spec: JobSpec, train: list[SourceInfo], prediction: list[SourceInfo] = ()
+) -> dict:
+    """Run one training step locally (and, with `prediction` data, one prediction);
+    returns {'loss': float, 'variables': int}."""
     import tensorflow as tf
 
     from elasticdl_nb.model import load_bundle
@@ -101,7 +104,35 @@ def check_one_batch(bundle_dir: Path, spec: JobSpec, train: list[SourceInfo]) ->
         raise fail("a gradient step or the evaluation metrics", exc) from exc
     if not runner.dense_vars and not runner.table_defs:
         raise PreflightError("The model has no trainable variables: there is nothing to train.")
+    if prediction:
+        _check_prediction(BatchMaker(list(prediction), contract, spec), runner, fail)
     return {"loss": grads.loss, "variables": len(runner.dense_vars) + len(runner.table_defs)}
+
+
+def _check_prediction(maker, runner, fail) -> None:
+    """The prediction data's first minibatch through the model, and its processor made."""
+    from elasticdl_nb.runtime.worker.batches import first_batch
+
+    try:
+        batch = first_batch(maker, Mode.PREDICTION)
+    except ContractError:
+        raise
+    except Exception as exc:
+        raise fail("reading the prediction data's first minibatch", exc) from exc
+    try:
+        runner.forward(batch.features, runner.initial_rows(runner.probe_ids(batch.features)))
+    except Exception as exc:
+        raise fail(
+            f"predicting for the prediction data's features of shape {_shape(batch.features)} "
+            "(they must be what the model takes: the training data's features without labels)",
+            exc,
+        ) from exc
+    try:
+        runner.contract.make_prediction_processor()
+    except ContractError:
+        raise
+    except Exception as exc:
+        raise fail("making the PredictionOutputsProcessor", exc) from exc
 
 
 def _check_export(spec: JobSpec, tables: list) -> None:

@@ -87,6 +87,12 @@ class JobSpec:
         "directory. Several may be given.",
     )
     validation_data: list[str] = _opt([], "Evaluation data, in the same forms as --data.")
+    prediction_data: list[str] = _opt(
+        [],
+        "Data to predict for once trained, in the same forms as --data (labels not needed): "
+        "the predictions are written to the job's directory (Job.predictions() reads them) "
+        "and given to the model's PredictionOutputsProcessor, if it has one.",
+    )
     data_format: str = _opt(
         "auto", "How to read the data files.", choices=("auto", "csv", "tfrecord", "npy")
     )

@@ -91,7 +91,8 @@ class StragglerClearedData(TypedDict, total=False):
 
 
 class PhaseData(TypedDict):
-    """The master's phase changed (training, evaluating, exporting, finishing, done)."""
+    """The master's phase changed (training, evaluating, predicting, exporting, finishing,
+    done)."""
 
     phase: str
     previous: str
@@ -263,6 +264,24 @@ class ExportData(TypedDict, total=False):
     tables: bool
 
 
+class PredictionTaskData(TypedDict):
+    """One prediction task's outputs were written: `records` of the prediction data's
+    `source` from `start`, by `worker`."""
+
+    worker: int
+    source: int
+    start: int
+    records: int
+
+
+class PredictionsData(TypedDict):
+    """Every record of the prediction data has its prediction: `records` in all, written
+    under `path` (`Job.predictions()` reads them in the data's order)."""
+
+    path: str
+    records: int
+
+
 class CheckpointData(TypedDict, total=False):
     """The PS checkpointed these versions (`final`: the job's last)."""
 
@@ -430,6 +449,8 @@ class EventKind(StrEnum):
     RELAUNCH_REFUSED = "relaunch_refused", RelaunchRefusedData
     REQUEUE = "requeue", RequeueData
     PS_RESTORED = "ps_restored", PsRestoredData
+    PREDICTION_TASK = "prediction_task", PredictionTaskData
+    PREDICTIONS = "predictions", PredictionsData
     EXPORT = "export", ExportData
     CHECKPOINT = "checkpoint", CheckpointData
     LEARNING_RATE = "learning_rate", LearningRateData

@@ -38,6 +38,7 @@ class Phase(StrEnum):
 
     TRAINING = "training"
     EVALUATING = "evaluating"  # the final evaluation
+    PREDICTING = "predicting"  # the trained model's outputs for the prediction data
     EXPORTING = "exporting"  # one worker writes the trained model
     FINISHING = "finishing"  # the final checkpoint, then `succeeded`
     DONE = "done"  # the job succeeded: the phase it ends in

@@ -66,6 +66,7 @@ def built_master(
     ps: int = 1,
     records: int = 40,
     validation_records: int = 20,
+    prediction_records: int = 0,
     **options,
 ) -> JobMaster:
     """A master as `started_master` makes it, with nothing started yet."""
@@ -84,4 +85,7 @@ def built_master(
         train=[SourceInfo("train", "npy", records)],
         validation=validation,
         launcher_for=lambda on_event: launcher,
+        prediction=[SourceInfo("prediction", "npy", prediction_records)]
+        if prediction_records
+        else [],
     )

@@ -52,8 +52,9 @@ def test_an_elasticdl_module_we_do_not_provide_says_which_ones_we_do():
         """
     )
     name, message = out.split(" | ")
-    assert name == "elasticdl.python.worker"
+    assert name == "elasticdl.python.worker.worker"
     assert "elasticdl.python.elasticdl.layers.embedding" in message
+    assert "elasticdl.python.worker.prediction_outputs_processor" in message
     assert "install ElasticDL" in message
 
 

@@ -95,6 +95,11 @@ def test_a_data_name_that_is_a_file_is_a_path(tmp_path, monkeypatch):
     assert resolve_data({"rows": (1, 2)}, "data", ["rows"]) == (1, 2)  # a variable first
 
 
+def test_prediction_data_is_features_alone():
+    x = np.zeros((3, 2))
+    assert resolve_data({"x_new": x}, "prediction_data", ["x_new"]) is x
+
+
 def test_hints_name_the_magics_own_flags(shell, capsys):
     err = magic_err(shell, capsys, "status no-such-job")
     assert "pass --namespace." in err and "namespace=" not in err

@@ -59,13 +59,15 @@ def test_an_illegal_move_raises_naming_the_history_and_changes_nothing():
     assert phases.current == Phase.EVALUATING and len(phase_events(journal)) == 1
 
 
-def run_to_success(master) -> None:
-    """Run `master`'s coordinator, and be its one worker until the job is over."""
+def run_to_success(master) -> list[pb.Task]:
+    """Run `master`'s coordinator, and be its one worker until the job is over; returns
+    the tasks it was given."""
     threading.Thread(target=master.run, daemon=True).start()
     deadline = time.monotonic() + 20
-    task = master.get_task(0, wait_seconds=5)
+    task, given = master.get_task(0, wait_seconds=5), []
     while task.type != pb.FINISHED and time.monotonic() < deadline:
-        if task.type in (pb.TRAINING, pb.EXPORT):
+        given.append(task)
+        if task.type in (pb.TRAINING, pb.EXPORT, pb.PREDICTION):
             starts = [task.range.start] if task.type == pb.TRAINING else []
             master.report(
                 pb.ProgressReport(
@@ -74,6 +76,7 @@ def run_to_success(master) -> None:
             )
         task = master.get_task(0, wait_seconds=1)
     assert master.state == JobState.SUCCEEDED
+    return given
 
 
 def test_a_job_journals_each_phase_it_passes_through_on_its_way_to_success(tmp_path):
@@ -94,6 +97,39 @@ def test_a_job_journals_each_phase_it_passes_through_on_its_way_to_success(tmp_p
         Phase.EXPORTING,
         Phase.FINISHING,
         Phase.DONE,
+    ]
+
+
+def test_a_job_with_prediction_data_predicts_once_trained_and_before_the_export(tmp_path):
+    master = started_master(
+        tmp_path, workers=1, validation_records=0, prediction_records=25, strategy="allreduce"
+    )
+    given = run_to_success(master)
+    assert phase_events(master.journal) == [
+        ("training", "evaluating"),
+        ("evaluating", "predicting"),
+        ("predicting", "exporting"),
+        ("exporting", "finishing"),
+        ("finishing", "done"),
+    ]
+    kinds = [t.type for t in given]
+    assert kinds.index(pb.PREDICTION) > max(i for i, k in enumerate(kinds) if k == pb.TRAINING)
+    assert kinds.index(pb.EXPORT) > max(i for i, k in enumerate(kinds) if k == pb.PREDICTION)
+    # Tasks of the prediction data, each to a file of its own in the job's directory.
+    predicted = [
+        (t.range.start, t.range.end, t.output_path) for t in given if t.type == pb.PREDICTION
+    ]
+    where = tmp_path / "predictions"
+    assert predicted == [
+        (0, 10, str(where / "00000-000000000000.npz")),
+        (10, 20, str(where / "00000-000000000010.npz")),
+        (20, 25, str(where / "00000-000000000020.npz")),
+    ]
+    events = list(master.journal.read(0, follow=False))
+    done = [e.data for e in events if e.kind == EventKind.PREDICTION_TASK]
+    assert [(d["start"], d["records"]) for d in done] == [(0, 10), (10, 10), (20, 5)]
+    assert [e.data for e in events if e.kind == EventKind.PREDICTIONS] == [
+        {"path": str(where), "records": 25}
     ]
 
 

@@ -60,13 +60,15 @@ def build_master(
     launcher_for: LauncherFor,
     ps_addrs: list[str] | None = None,
     load_contract: Callable[[], object] | None = None,
+    prediction: list[SourceInfo] = (),
 ) -> JobMaster:
     """The master of the job `spec` whose directory is `job_dir`, journaling to `journal`.
 
     `launcher_for(on_event)` makes the launcher of its instances (the site's, with the
     process environment bound). `ps_addrs` are the PS addresses when they are fixed before
     any PS starts (else each PS reports where it serves). `token` and `tls` are what it
-    reaches the PS with (`tls` None: plaintext). `load_contract` gives the
+    reaches the PS with (`tls` None: plaintext); `prediction`: the data it predicts for
+    once trained. `load_contract` gives the
     model's contract for merging evaluation metrics; by default the job's bundle is
     loaded on first use. Nothing is started: `master.start_instances()` launches the
     instances and `master.run()` drives the job."""
@@ -85,6 +87,7 @@ def build_master(
         strategy_for=lambda job: make_strategy(job, spec, fixed, ps_channel),
         launcher_for=launcher_for,
         load_contract=load_contract or _bundle_loader(job_dir),
+        prediction=prediction,
     )
 
 

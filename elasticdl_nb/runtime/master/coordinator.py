@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from elasticdl_nb.runtime.job_dir import JobDir
-from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT
+from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, PREDICTION
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Phase
 
 if TYPE_CHECKING:
@@ -142,8 +142,22 @@ class Coordinator:
         if job.phase == Phase.EVALUATING:
             if job.queue.pending(EVALUATION) or job.evaluations.open:
                 return False
-            job.phases.move(Phase.EXPORTING)
-            job.queue.add_export(job.export_path, self._saved_model_path())
+            if job.queue.prediction:
+                job.phases.move(Phase.PREDICTING)
+                job.queue.add_prediction(str(JobDir(job.job_dir).predictions))
+            else:
+                self._export()
+            job.work_changed()
+            return False
+        if job.phase == Phase.PREDICTING:
+            if job.queue.pending(PREDICTION):
+                return False
+            job.journal.append(
+                EventKind.PREDICTIONS,
+                path=str(JobDir(job.job_dir).predictions),
+                records=sum(source.num_records for source in job.queue.prediction),
+            )
+            self._export()
             job.work_changed()
             return False
         if job.phase == Phase.EXPORTING:
@@ -151,6 +165,10 @@ class Coordinator:
                 return False
             job.phases.move(Phase.FINISHING)
         return True
+
+    def _export(self) -> None:
+        self._job.phases.move(Phase.EXPORTING)
+        self._job.queue.add_export(self._job.export_path, self._saved_model_path())
 
     def _epoch_trained(self) -> bool:
         """The current epoch's training is applied: its end (evaluated first, if it is

@@ -80,11 +80,12 @@ class JobMaster:
         strategy_for: Callable[[JobControl], TrainingStrategy],
         launcher_for: LauncherFor,
         load_contract: Callable[[], object],
+        prediction: list[SourceInfo] = (),
     ):
         self.spec, self.journal, self.job_dir = spec, journal, job_dir
         self.name = spec.name or Path(job_dir).name
         self.lock = threading.RLock()
-        self.queue = _task_queue(spec, train, validation, journal)
+        self.queue = _task_queue(spec, train, validation, prediction, journal)
         self.validation = validation
         self.progress = Progress(self.queue, spec.epochs, spec.minibatch_size)
         self.goodput = Goodput(journal, spec.workers)  # folds of the journal (goodput.py,
@@ -316,12 +317,22 @@ class JobMaster:
 
 
 def _task_queue(
-    spec: JobSpec, train: list[SourceInfo], validation: list[SourceInfo], journal: Journal
+    spec: JobSpec,
+    train: list[SourceInfo],
+    validation: list[SourceInfo],
+    prediction: list[SourceInfo],
+    journal: Journal,
 ) -> TaskQueue:
     """The job's task queue, every change to it journaled before anyone hears of it (what
     a master that takes the job over replays: recovery.py)."""
     queue = TaskQueue(
-        train, validation, spec.minibatch_size, spec.minibatches_per_task, spec.shuffle, spec.seed
+        train,
+        validation,
+        spec.minibatch_size,
+        spec.minibatches_per_task,
+        spec.shuffle,
+        spec.seed,
+        prediction=prediction,
     )
     queue.record = lambda entry: journal.append(EventKind.QUEUE, **entry)
     return queue

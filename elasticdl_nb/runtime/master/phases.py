@@ -2,16 +2,18 @@
 
 The order, and the one way back:
 
-    training -> evaluating -> exporting -> finishing -> done (succeeded)
-        ^                                      |
-        +--------------------------------------+
+    training -> evaluating -> predicting -> exporting -> finishing -> done (succeeded)
+        ^                                                     |
+        +-----------------------------------------------------+
           a PS lost work at the very end (the final checkpoint could not be taken, or
           what every PS holds is short of what was counted done): it is trained again
 
 `evaluating` is the final evaluation (a job without validation data passes through it
-at once), `exporting` waits for one worker to write the model, `finishing` takes the
-final checkpoint; `done`, journaled just before `succeeded`, is where a job that
-succeeded ends, so that its final status does not read `finishing`. The job's state
+at once), `predicting` has the trained model's outputs for the prediction data written (a
+job without any goes from `evaluating` to `exporting`), `exporting` waits for one worker
+to write the model, `finishing` takes the final checkpoint; `done`, journaled just before
+`succeeded`, is where a job that succeeded ends, so that its final status does not read
+`finishing`. The job's state
 (running, succeeded, failed, stopped) is apart from the phase: a job may fail or be
 stopped in any phase, and keeps the phase it had.
 
@@ -27,7 +29,8 @@ from elasticdl_nb.vocabulary import EventKind, Phase
 
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.TRAINING: frozenset({Phase.EVALUATING}),
-    Phase.EVALUATING: frozenset({Phase.EXPORTING}),
+    Phase.EVALUATING: frozenset({Phase.PREDICTING, Phase.EXPORTING}),
+    Phase.PREDICTING: frozenset({Phase.EXPORTING}),
     Phase.EXPORTING: frozenset({Phase.FINISHING}),
     Phase.FINISHING: frozenset({Phase.TRAINING, Phase.DONE}),
     Phase.DONE: frozenset(),  # (the end)

@@ -69,6 +69,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         tls=env.tls,
         train=train,
         validation=validation,
+        prediction=sources.get("prediction", []),
         launcher_for=lambda on_event: site.launcher(env.to_environ(), on_event),
         ps_addrs=site.ps_addrs,  # fixed ones, else empty: each PS reports where it serves
     )

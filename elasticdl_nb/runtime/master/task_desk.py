@@ -7,8 +7,9 @@ and a report is counted once. A master that takes the job over rebuilds that mem
 the journal (`recovery.py`, through `remember_task_given` and `remember_report_counted`).
 
 What a report means for the job (minibatches done, losses, the end of a task: its
-timing, an evaluation's metric states, an export) is journaled here, in the report's one
-transaction; what follows from it is the coordinator's to decide (`coordinator.py`).
+timing, an evaluation's metric states, a prediction task's file, an export) is journaled
+here, in the report's one transaction; what follows from it is the coordinator's to
+decide (`coordinator.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from elasticdl_nb.runtime.master.evaluation import metric_states
-from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, TRAINING
+from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT, PREDICTION, TRAINING
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, Phase
 
@@ -199,6 +200,14 @@ class TaskDesk:
             job.journal.append(EventKind.PROGRESS, **job.progress_fields())
         elif task.kind == EVALUATION:
             job.evaluations.add(task.eval_round, r.worker_id, metric_states(r.metric_states))
+        elif task.kind == PREDICTION:
+            job.journal.append(
+                EventKind.PREDICTION_TASK,
+                worker=r.worker_id,
+                source=task.source,
+                start=task.start,
+                records=task.end - task.start,
+            )
         elif task.kind == EXPORT:
             if r.exported_tables:  # (too large for a Keras file)
                 job.journal.append(

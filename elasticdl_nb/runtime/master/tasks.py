@@ -22,12 +22,14 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from elasticdl_nb.data import SourceInfo
+from elasticdl_nb.runtime.predictions import task_file
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 
-TRAINING, EVALUATION, EXPORT = pb.TRAINING, pb.EVALUATION, pb.EXPORT
+TRAINING, EVALUATION, EXPORT, PREDICTION = pb.TRAINING, pb.EVALUATION, pb.EXPORT, pb.PREDICTION
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Task:
     eval_round: int = -1
     export_path: str = ""  # export tasks: the .keras file ("" = none)
     saved_model_path: str = ""  # and the SavedModel's folder ("" = none)
+    output_path: str = ""  # prediction tasks: the file of their predictions
 
     def to_message(self) -> pb.Task:
         return pb.Task(
@@ -50,6 +53,7 @@ class Task:
             eval_round=self.eval_round,
             export_path=self.export_path,
             saved_model_path=self.saved_model_path,
+            output_path=self.output_path,
             range=pb.RecordRange(source=self.source, start=self.start, end=self.end),
         )
 
@@ -94,7 +98,8 @@ def recorded(method: Callable) -> Callable:
 
 
 class TaskQueue:
-    """Training and evaluation tasks, what each worker is doing, and what is done."""
+    """Training, evaluation and prediction tasks, what each worker is doing, and what is
+    done."""
 
     def __init__(
         self,
@@ -104,8 +109,9 @@ class TaskQueue:
         minibatches_per_task: int,
         shuffle: bool,
         seed: int,
+        prediction: list[SourceInfo] = (),
     ):
-        self.train, self.validation = train, validation
+        self.train, self.validation, self.prediction = train, validation, list(prediction)
         self.batch = minibatch_size
         self.per_task = minibatch_size * minibatches_per_task
         self.shuffle, self.seed = shuffle, seed
@@ -168,6 +174,16 @@ class TaskQueue:
         """Queue an evaluation round at the front: the model is judged as it is now."""
         tasks = self._cover(self.validation, kind=EVALUATION, eval_round=eval_round)
         self.todo.extendleft(reversed(tasks))
+        return len(tasks)
+
+    @recorded
+    def add_prediction(self, directory: str) -> int:
+        """Queue the prediction data's tasks, each writing its range's predictions to a
+        file of its own under `directory` (`runtime/predictions.py`); returns how many."""
+        tasks = self._cover(self.prediction, kind=PREDICTION)
+        for task in tasks:
+            task.output_path = str(task_file(Path(directory), task.source, task.start))
+        self.todo.extend(tasks)
         return len(tasks)
 
     @recorded
@@ -270,7 +286,7 @@ class TaskQueue:
                 if left:
                     self.requeue_batches(task.epoch, task.source, left, "worker lost")
                 released.append((task, left))
-            else:  # evaluation and export are redone whole
+            else:  # evaluation, prediction and export are redone whole
                 self.todo.appendleft(task)
                 released.append((task, []))
         return released

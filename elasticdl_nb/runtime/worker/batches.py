@@ -6,6 +6,10 @@ parsing, shuffling — stays inside the minibatch, and minibatch k of a task is 
 records [start + k·B, start + (k+1)·B): that is what lets a lost worker's unfinished
 minibatches be redone exactly. Without `feed`, arrays go straight in and CSV columns are
 decoded as numbers.
+
+Prediction data has no labels: in `Mode.PREDICTION` a feed may give features alone (as
+ElasticDL's do), staged arrays may be x alone, and a CSV's columns are all features but
+the label column when it has one by that name (`label_column`); a batch's `labels` is None.
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from elasticdl_nb.data import SourceInfo, default_decode_csv, open_reader
-from elasticdl_nb.model.contract import ContractError, ModelContract
+from elasticdl_nb.data import (
+    SourceInfo,
+    default_decode_csv,
+    default_decode_csv_features,
+    open_reader,
+)
+from elasticdl_nb.model.contract import ContractError, Mode, ModelContract
 from elasticdl_nb.spec import JobSpec
 
 
@@ -37,9 +46,11 @@ class Metadata:
     column_names: list[str] | None = None
 
 
-def _split(element: Any) -> tuple[Any, Any]:
+def _split(element: Any, mode: str) -> tuple[Any, Any]:
     if isinstance(element, tuple) and len(element) == 2:
         return element
+    if mode == Mode.PREDICTION:
+        return element, None  # (features alone)
     raise ContractError(
         "feed() must produce (features, labels) pairs for training and "
         f"evaluation; it produced {type(element).__name__}."
@@ -77,12 +88,19 @@ class BatchMaker:
         for b in range(start, end, self.batch):
             e = min(b + self.batch, end)
             records = reader.read(b, e)
-            if fmt == "csv":
+            if fmt == "csv" and mode == Mode.PREDICTION:
+                features = default_decode_csv_features(
+                    records, reader.column_names, self.spec.label_column or None
+                )
+                labels = None
+            elif fmt == "csv":
                 features, labels = default_decode_csv(
                     records, reader.column_names, self.spec.label_column or None
                 )
             elif isinstance(records, tuple):
                 features, labels = records
+            elif mode == Mode.PREDICTION:
+                features, labels = records, None
             else:
                 raise ContractError("The staged arrays have no labels: pass data=(x, y).")
             yield Batch(source, b, e, features, labels)
@@ -99,7 +117,7 @@ class BatchMaker:
 
         starts = range(start, end, self.batch)
         for b, element in zip(starts, raw.flat_map(per_batch)):
-            features, labels = _split(element)
+            features, labels = _split(element, mode)
             yield Batch(source, b, min(b + self.batch, end), features, labels)
 
 

@@ -54,6 +54,7 @@ from elasticdl_nb.runtime.worker import step_table
 from elasticdl_nb.runtime.worker.batches import Batch, BatchMaker, first_batch
 from elasticdl_nb.runtime.worker.export import export_model
 from elasticdl_nb.runtime.worker.group_link import GroupLink, group_of
+from elasticdl_nb.runtime.worker.prediction import TaskPredictions
 from elasticdl_nb.runtime.worker.replica import Replica
 from elasticdl_nb.runtime.worker.replica_records import ReplicaRecords
 from elasticdl_nb.runtime.worker.reporter import Reporter
@@ -97,6 +98,9 @@ class Lockstep:
         sources = env.load_sources()
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
+        self.predictions = TaskPredictions(
+            BatchMaker(sources.get("prediction", []), contract, self.spec), contract, worker_id
+        )
         self.link = GroupLink(env, worker_id, master)  # the group, its ring, the transfers
         self.step = 0  # the last step this replica applied
         self.held: tuple[int, np.ndarray, np.ndarray] | None = None  # last step's sums
@@ -411,6 +415,9 @@ class Lockstep:
                 self.replica.eval_step(batch.features, batch.labels)
             states = take_metric_states(self.replica.metrics)
             self.reporter.task_done(task.task_id, states, wait=False)
+        elif task.type == pb.PREDICTION:
+            self.predictions.run(task, self.replica.predict)
+            self.reporter.task_done(task.task_id, wait=False)
         elif task.type == pb.EXPORT:
             export_model(self.replica.model, task, self.me)
             self.reporter.task_done(task.task_id, wait=False)

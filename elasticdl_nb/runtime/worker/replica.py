@@ -85,9 +85,13 @@ class Replica:
             for metric in metrics:
                 metric.update_state(labels, predictions)
 
+        @tf.function(reduce_retracing=True)
+        def predict(features):
+            return call_model(model, features, training=False)
+
         signature = [tf.TensorSpec([sum(sizes)], tf.float32)]
         self._apply = CompiledCall(apply, signature, "apply")  # (see compiled_call.py)
-        self._evaluate = evaluate
+        self._evaluate, self._predict = evaluate, predict
 
     # ------------------------------------------------------------------ steps
 
@@ -131,6 +135,10 @@ class Replica:
 
     def eval_step(self, features: Any, labels: Any) -> None:
         self._evaluate(features, labels)
+
+    def predict(self, features: Any) -> Any:
+        """The model's outputs on `features` (inference: dropout off)."""
+        return self._predict(features)
 
     # ------------------------------------------------------------------ state
 

@@ -34,6 +34,7 @@ from elasticdl_nb.runtime.worker.export import (
     whole_tables_bytes,
 )
 from elasticdl_nb.runtime.worker.model_runner import ModelRunner
+from elasticdl_nb.runtime.worker.prediction import TaskPredictions
 from elasticdl_nb.runtime.worker.ps_client import PsClient, PushPayload
 from elasticdl_nb.runtime.worker.reporter import Reporter
 
@@ -133,6 +134,9 @@ class Trainer:
             raise user_code_error(exc) from exc
         self.train_batches = BatchMaker(sources["train"], contract, self.spec)
         self.eval_batches = BatchMaker(sources["validation"], contract, self.spec)
+        self.predictions = TaskPredictions(
+            BatchMaker(sources.get("prediction", []), contract, self.spec), contract, worker_id
+        )
         self.ps = PsClient(locate_ps, env.token, tls=env.tls, on_outage=reporter.outage)
         # The last push of the previous training task: it travels with the first pull of
         # the next one (exact mode), so a task boundary costs no extra round trip.
@@ -144,6 +148,9 @@ class Trainer:
                 self._train(task)
             elif task.type == pb.EVALUATION:
                 self._evaluate(task)
+            elif task.type == pb.PREDICTION:
+                self.predictions.run(task, self._predict)
+                self.reporter.task_done(task.task_id)
             elif task.type == pb.EXPORT:
                 self._export(task)
         except (grpc.RpcError, PeerUnreachable, WrongPeer):
@@ -384,6 +391,11 @@ class Trainer:
             rows = self._pull(batch.features)
             self.runner.eval_step(batch.features, batch.labels, rows)
         self.reporter.task_done(task.task_id, take_metric_states(self.runner.metrics))
+
+    def _predict(self, features):
+        """The model's outputs on `features`, with the newest parameters of the PS."""
+        self._ensure_built(features)
+        return self.runner.forward(features, self._pull(features))
 
     def _export(self, task: pb.Task) -> None:
         features = first_batch(self.train_batches, Mode.TRAINING).features

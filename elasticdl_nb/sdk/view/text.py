@@ -222,6 +222,9 @@ _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
     ),
     EventKind.GROWTH: lambda d: f"throughput policy: {d['reason']}",
     EventKind.EVALUATION: _evaluation,
+    EventKind.PREDICTIONS: lambda d: (
+        f"predicted for {d['records']:,} records in {d['path']} (job.predictions() reads them)"
+    ),
     EventKind.EXPORT: _export,
     EventKind.CHECKPOINT: _checkpoint,
     EventKind.PHASE: lambda d: f"phase: {d['phase']}",
