@@ -58,7 +58,9 @@ def status_html(view: JobView, now: float) -> str:
         f'<span style="color:#888">{e(view.backend)}</span>',
         f'<b style="color:{color}">{e(view.state)}</b>',
     ]
-    if not view.ended and view.phase != Phase.TRAINING:
+    if not view.ended and view.phase == Phase.PREDICTING:
+        head.append(f"predicting ({view.predicted:,} records done)")
+    elif not view.ended and view.phase != Phase.TRAINING:
         head.append(e(view.phase))
     elif not view.ended and view.evaluating is not None:
         head.append(f"evaluating (round {view.evaluating})")

@@ -311,3 +311,24 @@ def test_the_log_tells_when_every_replica_was_lost_and_what_the_next_group_start
         "allreduce group v6: workers 3, 4, 5 (starting from the replicas' checkpoint "
         "replicas-000000000070.json)"
     )
+
+
+def test_the_view_counts_predicted_records_and_says_where_they_went():
+    from elasticdl_nb.widgets.dashboard_html import status_html
+
+    ev = Events()
+    ev("job_state", state="running", reason="started", **progress(0, 0))
+    ev("phase", phase="evaluating", previous="training")
+    ev("phase", phase="predicting", previous="evaluating")
+    ev("prediction_task", worker=0, source=0, start=0, records=64)
+    ev("prediction_task", worker=1, source=0, start=64, records=36)
+    view = JobView("j")
+    for event in ev.list:
+        view.apply(event)
+    assert view.predicted == 100 and "predicting (100 records done)" in status_html(view, T0)
+    done = ev("predictions", path="/job/predictions", records=100)
+    view.apply(done)
+    assert (view.predicted, view.predictions_path) == (100, "/job/predictions")
+    assert describe(done) == (
+        "predicted for 100 records in /job/predictions (job.predictions() reads them)"
+    )

@@ -87,11 +87,11 @@ def is_fault(data: dict) -> bool:
 
 
 def is_work(event: Event) -> bool:
-    """Whether an event shows the job working: a minibatch applied, an evaluation task or
-    the export done."""
+    """Whether an event shows the job working: a minibatch applied, an evaluation or
+    prediction task or the export done."""
     if event.kind == EventKind.QUEUE:
         return event.data.get("op") == "report" and bool(event.data.get("starts"))
-    return event.kind in (EventKind.EVALUATION_TASK, EventKind.EXPORT)
+    return event.kind in (EventKind.EVALUATION_TASK, EventKind.PREDICTION_TASK, EventKind.EXPORT)
 
 
 class Goodput(JournalFold):

@@ -154,6 +154,8 @@ class JobView:
         self.tasks_total = 0  # training tasks of the current epoch (its `epoch` event)
         self.tasks_done = 0  # `progress` events since: one per finished training task
         self.evaluating: int | None = None  # the evaluation round under way, if any
+        self.predicted = 0  # records of the prediction data with their predictions
+        self.predictions_path = ""  # where they are, once every record has one
         self.instances: dict[tuple[str, int], InstanceRow] = {}
         self.log: deque[LogLine] = deque(maxlen=log_lines)
         self.loss = Series(loss_capacity)
@@ -257,6 +259,8 @@ class JobView:
 
     def _on_phase(self, event: Event) -> None:
         self.phase = event.data["phase"]
+        if self.phase == Phase.PREDICTING:  # (again after finishing went back to training)
+            self.predicted = 0
 
     def _on_loss(self, event: Event) -> None:
         points = event.data.get("points") or []
@@ -278,6 +282,13 @@ class JobView:
                 series.add(d["step"], value)
         if self.evaluating == d.get("round"):
             self.evaluating = None
+
+    def _on_prediction_task(self, event: Event) -> None:
+        self.predicted += int(event.data["records"])
+
+    def _on_predictions(self, event: Event) -> None:
+        self.predicted = int(event.data["records"])
+        self.predictions_path = event.data["path"]
 
     def _on_scale(self, event: Event) -> None:
         d = payload(event, ScaleData)
@@ -371,6 +382,8 @@ class JobView:
         EventKind.LOSS: _on_loss,
         EventKind.EVALUATION_STARTED: _on_evaluation_started,
         EventKind.EVALUATION: _on_evaluation,
+        EventKind.PREDICTION_TASK: _on_prediction_task,
+        EventKind.PREDICTIONS: _on_predictions,
         EventKind.SCALE: _on_scale,
         EventKind.WORKER_FLOOR: _on_worker_floor,
         EventKind.GROWTH: _on_growth,
