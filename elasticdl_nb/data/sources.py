@@ -22,7 +22,10 @@ from elasticdl_nb.data.sparse_index import SparseIndex
 CSV = "csv"
 TFRECORD = "tfrecord"
 NPY = "npy"
-FORMATS = (CSV, TFRECORD, NPY)
+FORMATS = (CSV, TFRECORD, NPY)  # what files resolve_sources reads
+# A shard of a model's own `custom_data_reader` (model/custom_data_reader.py): its
+# reader counts and reads it, not this package.
+CUSTOM = "custom"
 AUTO = "auto"
 
 _FORMAT_BY_EXTENSION = {
@@ -39,13 +42,15 @@ _GLOB_CHARACTERS = frozenset("*?[")
 class SourceInfo:
     """One input source: where it is, how it is encoded, and how many records it holds."""
 
-    uri: str
-    format: str  # "csv" | "tfrecord" | "npy"
+    uri: str  # (a custom reader's shard: the shard's name)
+    format: str  # "csv" | "tfrecord" | "npy" | "custom"
     num_records: int
     index: SparseIndex | None = None  # remote sources only: where every k-th record starts
+    origin: str = ""  # custom shards: the data origin their reader was made for
+    offset: int = 0  # custom shards: the reader's number of the shard's first record
 
     def __post_init__(self) -> None:
-        if self.format not in FORMATS:
+        if self.format not in (*FORMATS, CUSTOM):
             raise DataError(
                 f"Source {self.uri!r} has unknown format {self.format!r}. Fix: use "
                 f"one of {', '.join(map(repr, FORMATS))}."
@@ -65,6 +70,8 @@ class SourceInfo:
         }
         if self.index is not None:
             fields["index"] = self.index.to_dict()
+        if self.format == CUSTOM:
+            fields.update(origin=self.origin, offset=self.offset)
         return fields
 
     @classmethod
@@ -75,6 +82,8 @@ class SourceInfo:
             format=str(fields["format"]),
             num_records=int(fields["num_records"]),
             index=SparseIndex.from_dict(fields["index"]) if fields.get("index") else None,
+            origin=str(fields.get("origin", "")),
+            offset=int(fields.get("offset", 0)),
         )
 
 

@@ -5,8 +5,9 @@ A model module defines `custom_model()` (a Keras model), `loss(labels, predictio
 optionally `eval_metrics_fn()`, `callbacks()` and, for a job with prediction data, a
 `PredictionOutputsProcessor` class (ElasticDL's name; `prediction_outputs_processor` in
 the SDK) whose `process(predictions, worker_id)` each worker calls with every minibatch's
-predictions. `ModelContract` holds those functions, however they were given (a model-zoo
-file, a module object, or functions passed to the SDK).
+predictions, and a `custom_data_reader` for data in a form of its own
+(`custom_data_reader.py`). `ModelContract` holds those functions, however they were given
+(a model-zoo file, a module object, or functions passed to the SDK).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ class BasePredictionOutputsProcessor:
 
 
 REQUIRED = ("custom_model", "loss", "optimizer")
-OPTIONAL = ("feed", "eval_metrics_fn", "callbacks", "prediction_outputs_processor")
+OPTIONAL = (
+    "feed",
+    "eval_metrics_fn",
+    "callbacks",
+    "prediction_outputs_processor",
+    "custom_data_reader",
+)
 # Other names the contract's entries go by in a module (ElasticDL's, older or its own).
 ALIASES = {"dataset_fn": "feed", "PredictionOutputsProcessor": "prediction_outputs_processor"}
 
@@ -55,6 +62,7 @@ class ModelContract:
     eval_metrics_fn: Callable[[], Mapping[str, Any]] | None = None
     callbacks: Callable[[], list] | None = None
     prediction_outputs_processor: Any = None  # a class, or an object with `process`
+    custom_data_reader: Callable[..., Any] | None = None  # (model/custom_data_reader.py)
 
     def build_model(self) -> Any:
         """A fresh Keras model from `custom_model()`; ContractError if it is not one."""

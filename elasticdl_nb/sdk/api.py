@@ -1,13 +1,15 @@
 """`train`, `attach` and `jobs`: the SDK's entry points.
 
-`train` turns its arguments into one validated `JobSpec`, resolves the data, writes the
-model bundle, checks the model on one minibatch in this process, and only then starts the
-job. Anything wrong is reported before a single process is launched (and the job
-directory made for it is removed). Its steps are the functions below it, in order.
+`train` turns its arguments into one validated `JobSpec`, writes the model bundle,
+resolves the data (through the model's own `custom_data_reader` when it has one), checks
+the model on one minibatch in this process, and only then starts the job. Anything wrong
+is reported before a single process is launched (and the job directory made for it is
+removed). Its steps are the functions below it, in order.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
@@ -15,6 +17,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,6 +68,7 @@ def train(
     eval_metrics_fn: Callable | None = None,
     callbacks: Callable | list | None = None,
     prediction_outputs_processor: Any = None,
+    custom_data_reader: Callable | None = None,
     check: bool = True,
     dry_run: bool = False,
     **options: Any,
@@ -80,6 +84,8 @@ def train(
         `job.predictions()` returns them in the data's order, and each worker gives each
         minibatch's to `prediction_outputs_processor` (a class with `process(predictions,
         worker_id)`, ElasticDL's PredictionOutputsProcessor), if given.
+    custom_data_reader: ElasticDL's, for data in a form of the model's own: each data
+        option is then one data origin it is made for (data_reader_params= its kwargs).
     options: any JobSpec option (workers=, ps=, epochs=, minibatch_size=, ...).
     check: run one training step here first (recommended).
     """
@@ -96,15 +102,18 @@ def train(
             "eval_metrics_fn": eval_metrics_fn,
             "callbacks": _callbacks_function(callbacks),
             "prediction_outputs_processor": prediction_outputs_processor,
+            "custom_data_reader": custom_data_reader,
         },
     )
-    sources = {option: _file_sources(spec, option, value) for option, value in given.items()}
     record = job_records.create_job(spec.name or _default_name(model, spec), spec.backend)
     try:
-        for option, value in given.items():
-            if sources[option] is None:  # in-memory arrays
-                sources[option] = _staged_sources(spec, option, value, record.files)
-        _write_job_dir(record, spec, sources, functions)
+        _write_bundle(record, spec, functions)
+        reader = _custom_data_reader(record.files.bundle, functions)
+        sources = {
+            option: _sources(spec, option, value, record.files, reader)
+            for option, value in given.items()
+        }
+        _write_job_dir(record, spec, sources)
         _warn_of_idle_workers(spec, sources["data"])
         if check:
             from elasticdl_nb.sdk.preflight import check_one_batch
@@ -191,13 +200,63 @@ def _model_functions(model: Any, spec: JobSpec, given: dict[str, Any]) -> dict |
     return functions
 
 
-def _file_sources(spec: JobSpec, option: str, given: Any) -> list[SourceInfo] | None:
-    """The sources of the files given as `option` (resolved before any job directory
-    exists, so a missing path leaves nothing behind); None for arrays, to be staged."""
+def _custom_data_reader(bundle: Path, functions: dict | None) -> Callable | None:
+    """The model's `custom_data_reader`, if it has one: the given functions', or the
+    model-zoo module's (loaded here only when its files define one at their top level)."""
+    if functions is not None:
+        return functions.get("custom_data_reader")
+    if not any(_defines(path, "custom_data_reader") for path in bundle.rglob("*.py")):
+        return None
+    from elasticdl_nb.model import load_bundle
+
+    return load_bundle(bundle).custom_data_reader
+
+
+def _defines(path: Path, name: str) -> bool:
+    """Whether a Python file binds `name` at its top level (a def, a class, an import or
+    an assignment)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (SyntaxError, UnicodeDecodeError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def _sources(
+    spec: JobSpec, option: str, given: Any, files: JobDir, reader: Callable | None
+) -> list[SourceInfo]:
+    """The sources of a data option: the model's own reader's shards, files, or the
+    arrays given, staged into the job directory."""
+    from elasticdl_nb.model.custom_data_reader import custom_sources, data_origin, reader_params
+
     if given is None:
         return []
+    if reader is not None:
+        if _is_arrays(given):
+            raise DataError(
+                f"{option}= got arrays, and the model reads its data with its "
+                "custom_data_reader: pass the data origin it reads (e.g. a path), or drop "
+                "custom_data_reader to train on arrays."
+            )
+        origin = data_origin(option, getattr(spec, option))
+        params = reader_params(spec.data_reader_params)
+        return custom_sources(reader, option, origin, spec.records_per_task, params)
     if _is_arrays(given):
-        return None
+        return _staged_sources(spec, option, given, files)
+    return _file_sources(spec, option)
+
+
+def _file_sources(spec: JobSpec, option: str) -> list[SourceInfo]:
+    """The sources of the files given as `option`."""
     return resolve_sources(
         getattr(spec, option),
         data_format=spec.data_format,
@@ -213,8 +272,19 @@ def _staged_sources(spec: JobSpec, option: str, arrays: Any, files: JobDir) -> l
     return resolve_sources([staged], "npy")
 
 
-def _write_job_dir(record: JobRecord, spec: JobSpec, sources: dict, functions: dict | None) -> None:
-    """The spec, the data's sources and the model bundle, as the job's processes read them."""
+def _write_bundle(record: JobRecord, spec: JobSpec, functions: dict | None) -> None:
+    """The model bundle, as the job's processes (and the check here) load it."""
+    write_bundle(
+        record.files.bundle,
+        model_zoo=spec.model_zoo,
+        model_def=spec.model_def,
+        functions=functions,
+        limit=spec.bundle_limit_mb * 2**20,
+    )
+
+
+def _write_job_dir(record: JobRecord, spec: JobSpec, sources: dict) -> None:
+    """The spec and the data's sources, as the job's processes read them."""
     files = record.files
     spec.name = record.name
     spec.validate()
@@ -227,13 +297,6 @@ def _write_job_dir(record: JobRecord, spec: JobSpec, sources: dict, functions: d
                 if option != "prediction_data" or sources[option]  # (none: as before it)
             }
         )
-    )
-    write_bundle(
-        files.bundle,
-        model_zoo=spec.model_zoo,
-        model_def=spec.model_def,
-        functions=functions,
-        limit=spec.bundle_limit_mb * 2**20,
     )
 
 

@@ -96,6 +96,11 @@ class JobSpec:
     data_format: str = _opt(
         "auto", "How to read the data files.", choices=("auto", "csv", "tfrecord", "npy")
     )
+    data_reader_params: str = _opt(
+        "",
+        "The model's custom_data_reader's keyword arguments, as ElasticDL's: 'key=value;...' "
+        "(a value that is a Python literal is that value, else its text).",
+    )
     label_column: str = _opt("", "CSV column that holds the label (default: the last column).")
     csv_header: bool = _opt(True, "Whether CSV files start with a header line.")
     csv_delimiter: str = _opt(",", "CSV field separator.")

@@ -7,6 +7,9 @@ records [start + k·B, start + (k+1)·B): that is what lets a lost worker's unfi
 minibatches be redone exactly. Without `feed`, arrays go straight in and CSV columns are
 decoded as numbers.
 
+Records a model's own `custom_data_reader` reads (model/custom_data_reader.py) go
+through `feed` the same way, a task's range read through the reader.
+
 Prediction data has no labels: in `Mode.PREDICTION` a feed may give features alone (as
 ElasticDL's do), staged arrays may be x alone, and a CSV's columns are all features but
 the label column when it has one by that name (`label_column`); a batch's `labels` is None.
@@ -26,7 +29,9 @@ from elasticdl_nb.data import (
     default_decode_csv_features,
     open_reader,
 )
+from elasticdl_nb.data.sources import CUSTOM
 from elasticdl_nb.model.contract import ContractError, Mode, ModelContract
+from elasticdl_nb.model.custom_data_reader import CustomRecords, reader_params
 from elasticdl_nb.spec import JobSpec
 
 
@@ -60,29 +65,41 @@ def _split(element: Any, mode: str) -> tuple[Any, Any]:
 class BatchMaker:
     def __init__(self, sources: list[SourceInfo], contract: ModelContract, spec: JobSpec):
         self.sources = sources
+        self.contract = contract
         self.feed = contract.feed
         self.spec = spec
         self.batch = spec.minibatch_size
-        self._readers: dict[int, Any] = {}
+        self._readers: dict[Any, Any] = {}  # by source; a custom reader by its data origin
 
     def _reader(self, source: int):
-        if source not in self._readers:
-            self._readers[source] = open_reader(
-                self.sources[source],
-                csv_header=self.spec.csv_header,
-                csv_delimiter=self.spec.csv_delimiter,
-            )
-        return self._readers[source]
+        info = self.sources[source]
+        key = ("custom", info.origin) if info.format == CUSTOM else source
+        if key not in self._readers:
+            if info.format == CUSTOM:
+                params = reader_params(self.spec.data_reader_params)
+                self._readers[key] = CustomRecords(self.contract, info.origin, params)
+            else:
+                self._readers[key] = open_reader(
+                    info, csv_header=self.spec.csv_header, csv_delimiter=self.spec.csv_delimiter
+                )
+        return self._readers[key]
 
     def batches(self, source: int, start: int, end: int, mode: str) -> Iterator[Batch]:
         reader = self._reader(source)
         fmt = self.sources[source].format
-        if self.feed is not None:
-            yield from self._fed(reader, source, start, end, mode)
+        if self.feed is not None and fmt == CUSTOM:
+            records = reader.dataset(self.sources[source], start, end, mode)
+            yield from self._fed(records, reader.metadata, source, start, end, mode)
             return
-        if fmt == "tfrecord":
+        if self.feed is not None:
+            records = tf.data.Dataset.from_tensor_slices(reader.read(start, end))
+            metadata = Metadata(getattr(reader, "column_names", None))
+            yield from self._fed(records, metadata, source, start, end, mode)
+            return
+        if fmt in ("tfrecord", CUSTOM):
+            what = "TFRecord data" if fmt == "tfrecord" else "A custom_data_reader's records"
             raise ContractError(
-                "TFRecord data needs a feed(dataset, mode, metadata) function "
+                f"{what} needs a feed(dataset, mode, metadata) function "
                 "that parses the serialized records into (features, labels)."
             )
         for b in range(start, end, self.batch):
@@ -105,10 +122,12 @@ class BatchMaker:
                 raise ContractError("The staged arrays have no labels: pass data=(x, y).")
             yield Batch(source, b, e, features, labels)
 
-    def _fed(self, reader, source: int, start: int, end: int, mode: str) -> Iterator[Batch]:
-        records = reader.read(start, end)
-        metadata = Metadata(getattr(reader, "column_names", None))
-        raw = tf.data.Dataset.from_tensor_slices(records).batch(self.batch)
+    def _fed(
+        self, records, metadata, source: int, start: int, end: int, mode: str
+    ) -> Iterator[Batch]:
+        """`records` (a dataset of the task's records, one element each) through `feed`,
+        a minibatch at a time."""
+        raw = records.batch(self.batch)
         feed, size = self.feed, self.batch
 
         def per_batch(*parts):
