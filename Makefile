@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	if [ -L $(LABEXT_LINK) ]; then rm $(LABEXT_LINK); fi  # or pip writes through the link
 	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps tf_keras==2.21.0  # Keras-2 jobs: see pyproject
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -80,7 +81,6 @@ $(BENCH_STAMP): $(STAMP)
 	if [ -L $(LABEXT_LINK) ]; then rm $(LABEXT_LINK); fi  # relinked by the next `make test`
 	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e '.[test,bench]'
 	rm -f $(LABEXT_STAMP)
-	$(PY) -m pip install --quiet --no-deps tf_keras==2.21.0  # see pyproject's bench extra
 	rm -f $(VENV)/.bench-*
 	touch $@
 

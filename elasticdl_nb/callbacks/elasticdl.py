@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import keras
+from elasticdl_nb.keras_flavor import keras
 
 
 class MaxStepsStopping(keras.callbacks.Callback):

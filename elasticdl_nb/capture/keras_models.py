@@ -36,7 +36,7 @@ def save(model: Any, path: Path) -> None:
 def compiled_parts(model: Any) -> dict[str, Any]:
     """What `model.compile(...)` set that the contract can use: 'loss' (serialized) and
     'optimizer' (its config), each only when it was given."""
-    import keras
+    from elasticdl_nb.keras_flavor import keras
 
     parts: dict[str, Any] = {}
     if getattr(model, "optimizer", None) is not None and getattr(model, "compiled", False):
@@ -49,7 +49,7 @@ def compiled_parts(model: Any) -> dict[str, Any]:
 
 def load(path: Path, namespace: dict[str, Any]) -> Any:
     """Rebuild a captured model; the notebook's own classes resolve from `namespace`."""
-    import keras
+    from elasticdl_nb.keras_flavor import keras
 
     custom = {k: v for k, v in namespace.items() if isinstance(v, type)}
     # safe_mode off: the archive is the user's own model, and Lambda layers need it.

@@ -25,8 +25,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import keras
 import tensorflow as tf
+
+from elasticdl_nb.keras_flavor import keras
 
 COMBINERS = ("sum", "mean", "sqrtn")
 HASH_BUCKETS = 2**63 - 1  # strings become ids in [0, 2^63 - 1)

@@ -66,7 +66,7 @@ class ModelContract:
 
     def build_model(self) -> Any:
         """A fresh Keras model from `custom_model()`; ContractError if it is not one."""
-        import keras
+        from elasticdl_nb.keras_flavor import keras
 
         model = self.custom_model()
         if not isinstance(model, keras.Model):

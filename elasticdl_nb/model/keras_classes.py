@@ -21,7 +21,7 @@ from elasticdl_nb.model.contract import ModelContract
 
 
 def _saveable_bases() -> tuple[type, ...]:
-    import keras
+    from elasticdl_nb.keras_flavor import keras
 
     return (
         keras.layers.Layer,  # models too

@@ -48,8 +48,9 @@ class OneOutput:
 def make_eval_metrics(contract: ModelContract) -> dict[str, Any]:
     """Fresh metric objects for an evaluation; always includes the loss. Per output
     (`{"logits": {"auc": ...}}`), a metric is named "<output>/<metric>"."""
-    import keras
     import tensorflow as tf
+
+    from elasticdl_nb.keras_flavor import keras
 
     def mean_of(fn):
         return lambda labels, predictions: tf.cast(fn(labels, predictions), tf.float32)
@@ -111,6 +112,6 @@ def merged_results(contract: ModelContract, states: Mapping[str, list[np.ndarray
         if name not in states:
             continue
         for var, value in zip(metric.variables, states[name], strict=True):
-            var.assign(np.asarray(value).astype(var.dtype))
+            var.assign(np.asarray(value).astype(getattr(var.dtype, "as_numpy_dtype", var.dtype)))
         results[name] = float(np.asarray(metric.result()).mean())
     return results

@@ -116,9 +116,14 @@ def train(
         _write_job_dir(record, spec, sources)
         _warn_of_idle_workers(spec, sources["data"])
         if check:
-            from elasticdl_nb.sdk.preflight import check_one_batch
+            from elasticdl_nb.sdk.preflight import check_job
 
-            check_one_batch(record.files.bundle, spec, sources["data"], sources["prediction_data"])
+            check_job(record.files, spec, sources)  # (settles keras_version)
+        elif spec.keras_version == "auto":
+            from elasticdl_nb.keras_flavor import VERSION
+
+            spec.keras_version = VERSION
+        record.files.spec.write_text(spec.to_json())
         if dry_run:
             return _dry_run(backend, spec, record)
         backend.submit(spec, record)

@@ -8,6 +8,7 @@ after a dropped connection); once the job has ended, the journal file is read in
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections.abc import Iterator
@@ -382,8 +383,9 @@ class Job:
             ) from None
 
     def model(self):
-        """The trained Keras model, loaded into this process."""
-        import keras
+        """The trained Keras model, loaded into this process: a Keras-2 job's is a tf_keras
+        model, in a Keras-3 process too (the two live side by side)."""
+        from elasticdl_nb.keras_flavor import VERSION
 
         files = self._files
         if self._export_format() == "saved_model" and not files.model.exists():
@@ -400,7 +402,20 @@ class Job:
         # Keras finds a model-zoo module's or a notebook's own classes only when given them;
         # safe_mode off: the file is the user's own job's, and Lambda layers need it (as
         # for a captured model: capture/keras_models.py).
+        if self._keras_version() not in ("auto", VERSION):  # (a job from before: "auto")
+            # The other Keras's model: its own package loads it, beside this one's.
+            other = importlib.import_module("keras" if VERSION == "2" else "tf_keras")
+            return other.models.load_model(path, compile=False, safe_mode=False)
+        from elasticdl_nb.keras_flavor import keras
+
         contract = load_bundle(files.bundle)
         return keras.models.load_model(
             path, compile=False, custom_objects=keras_classes(contract), safe_mode=False
         )
+
+    def _keras_version(self) -> str:
+        """The Keras the job ran: '2' or '3'."""
+        try:
+            return self._files.read_spec().keras_version
+        except (OSError, ValueError):
+            return "3"

@@ -9,14 +9,82 @@ notebook or script, with a message that says which function and which shapes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elasticdl_nb.data import SourceInfo
 from elasticdl_nb.model.contract import ContractError, Mode
 from elasticdl_nb.spec import JobSpec
 
+if TYPE_CHECKING:
+    from elasticdl_nb.runtime.job_dir import JobDir
+
 
 class PreflightError(ContractError):
     """The model does not work on one minibatch; nothing was launched."""
+
+
+def check_job(files: JobDir, spec: JobSpec, sources: dict[str, list[SourceInfo]]) -> None:
+    """The one-minibatch check in the Keras the job will run, which it settles
+    (`spec.keras_version`): 'auto' is this process's Keras, or Keras 2 when Keras 3
+    cannot build the model (code written for Keras 2) and Keras 2 can. The other Keras
+    than this process's is checked in a fresh process: TensorFlow's Keras is chosen once
+    per process, when it is imported."""
+    from elasticdl_nb.keras_flavor import KERAS_2_ONLY, VERSION
+
+    wanted = spec.keras_version
+    if wanted in ("auto", VERSION):
+        try:
+            check_one_batch(files.bundle, spec, sources["data"], sources["prediction_data"])
+        except PreflightError as exc:
+            if wanted != "auto" or VERSION != "3" or KERAS_2_ONLY not in str(exc):
+                raise
+            wanted = "2"  # (written for Keras 2: try it there)
+        else:
+            spec.keras_version = VERSION
+            return
+    if wanted == "2":
+        import importlib.util
+
+        if importlib.util.find_spec("tf_keras") is None:
+            raise PreflightError(
+                "The model is written for Keras 2 (Keras 3 cannot build it), and tf_keras, "
+                "TensorFlow's Keras 2, is not installed: pip install --no-deps "
+                f"tf_keras=={_tensorflow_version()} (--no-deps: it asks for the tensorflow "
+                "wheel by name)."
+            )
+    _check_elsewhere(files, wanted)
+    spec.keras_version = wanted
+
+
+def _tensorflow_version() -> str:
+    import tensorflow as tf
+
+    return tf.__version__
+
+
+def _check_elsewhere(files: JobDir, version: str) -> None:
+    """`check_one_batch` of the job in `files` in a fresh process running Keras `version`;
+    its PreflightError (or ContractError) raised here."""
+    import os
+    import subprocess
+    import sys
+
+    from elasticdl_nb.keras_flavor import LEGACY_ENV, environ_for
+
+    env = {k: v for k, v in os.environ.items() if k != LEGACY_ENV}
+    env.update(environ_for(version), TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-m", "elasticdl_nb.sdk.preflight", str(files.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode == _REFUSED:
+        raise PreflightError(f"(Keras {version}) {done.stderr.strip().splitlines()[-1]}")
+    if done.returncode:
+        raise PreflightError(
+            f"The one-minibatch check in Keras {version} failed:\n{done.stderr[-3000:]}"
+        )
 
 
 def _shape(x) -> str:
@@ -171,3 +239,31 @@ def _check_callbacks(bundle_dir: Path, contract, spec: JobSpec) -> None:
     except ValueError as exc:
         raise PreflightError(str(exc)) from None
     (bundle_dir / CALLBACKS_FILE).write_text(json.dumps(names))
+
+
+_REFUSED = 3  # the exit code of a check that refused the model (its message last)
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m elasticdl_nb.sdk.preflight JOB_DIR`: the check of a prepared job."""
+    import json
+    import sys
+
+    from elasticdl_nb.runtime.job_dir import JobDir
+
+    files = JobDir(Path(argv[0]))
+    spec = files.read_spec()
+    raw = json.loads(files.sources.read_text())
+    sources = {k: [SourceInfo.from_dict(s) for s in v] for k, v in raw.items()}
+    try:
+        check_one_batch(files.bundle, spec, sources["train"], sources.get("prediction", []))
+    except ContractError as exc:
+        print(" ".join(str(exc).split()), file=sys.stderr)
+        return _REFUSED
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv[1:]))

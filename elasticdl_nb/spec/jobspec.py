@@ -74,6 +74,13 @@ class JobSpec:
     # The model: an ElasticDL model-zoo module, or functions given to the SDK.
     model_def: str = _opt("", "The model function as 'module.custom_model' (with --model-zoo).")
     model_zoo: str = _opt("", "The .py file or directory that holds the model-zoo module.")
+    keras_version: str = _opt(
+        "auto",
+        "The Keras the job runs, in every process: '3', or '2' (tf_keras) for model code "
+        "that only Keras 2 runs; 'auto' is the notebook's, or 2 when Keras 3 cannot build "
+        "the model and tf_keras can.",
+        choices=("auto", "3", "2"),
+    )
     bundle_limit_mb: int = _opt(
         100,
         "Largest model bundle in MB: the values, Keras weights and local modules a "

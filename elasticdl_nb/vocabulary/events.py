@@ -37,11 +37,13 @@ class ProgressData(TypedDict, total=False):
 class JobStateData(ProgressData, total=False):
     """The job's state changed (running, succeeded, failed, stopped), and why; with the
     progress fields. `recorded_by` is `supervisor` when a local job's master could not
-    record its end."""
+    record its end; `keras`, when it started, the Keras every process of it runs ('3', or
+    '2': tf_keras)."""
 
     state: Required[str]
     reason: str
     recorded_by: str
+    keras: str
 
 
 class LossData(TypedDict, total=False):

@@ -21,6 +21,7 @@ from typing import Any
 
 from elasticdl_nb.backends.job_records import MASTER_MODULE
 from elasticdl_nb.backends.kubernetes.pod_template import load_template, merge_into_pod
+from elasticdl_nb.keras_flavor import environ_for
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.logs import LOG_DIR_ENV
 from elasticdl_nb.runtime.process_env import (
@@ -334,6 +335,8 @@ def _pod(
     requests = parse_resources(f"{role}_resources", resources)
     limits = {"memory": requests["memory"]} if "memory" in requests else {}
     env = [{"name": k, "value": v} for k, v in parse_env(spec.env).items()]
+    # The Keras the job runs (keras_version, settled at launch), in every pod of it.
+    env += [{"name": k, "value": v} for k, v in environ_for(spec.keras_version).items()]
     env += role_env + [
         {"name": JOB_DIR_ENV, "value": _job_dir(name)},
         {"name": TLS_DIR_ENV, "value": TLS_MOUNT},

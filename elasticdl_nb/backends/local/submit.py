@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from elasticdl_nb.backends.job_records import SUPERVISOR_MODULE, JobRecord, process_gone
 from elasticdl_nb.errors import ElasticDLError
+from elasticdl_nb.keras_flavor import LEGACY_ENV, environ_for
 from elasticdl_nb.runtime.job_dir import SUPERVISOR, log_tail
 from elasticdl_nb.runtime.process_env import TLS_DIR_ENV
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
@@ -51,6 +52,9 @@ def start_master(record: JobRecord) -> dict:
     # process to fork while its gRPC threads run, would then run in the child before exec
     # and can abort it. Nothing forked uses gRPC.
     env["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+    # The Keras the job runs (keras_version, resolved at launch), in every process of it.
+    env.pop(LEGACY_ENV, None)
+    env.update(environ_for(record.files.read_spec().keras_version))
     # The caller's working directory and path come along, so modules the user's
     # functions import by name (a helper module beside the notebook) import in the job too.
     env["PYTHONPATH"] = os.pathsep.join(

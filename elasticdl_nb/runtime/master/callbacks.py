@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 log = logging.getLogger("elasticdl_nb.master")
 
 # What a callback may change on the job from `self.model`.
@@ -272,12 +274,12 @@ def callbacks_for(
 
 def initial_learning_rate(optimizer) -> float:
     """The optimizer's learning rate as a number (0 when it is a schedule)."""
-    import keras
+    from elasticdl_nb.keras_flavor import keras
 
     rate = optimizer.learning_rate if hasattr(optimizer, "learning_rate") else 0.0
     if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
         return 0.0
-    return float(keras.ops.convert_to_numpy(rate))
+    return float(np.asarray(rate))
 
 
 # Keras callbacks that need what only a process holding the model has.
@@ -294,9 +296,8 @@ _SET_THE_RATE = {"LearningRateScheduler", "ReduceLROnPlateau"}
 def check_callbacks(callbacks: list, optimizer) -> list[str]:
     """Refuse, before launch, callbacks a job cannot call in its master; returns their
     class names. Raises ValueError with the fix."""
-    import keras
-
     from elasticdl_nb.callbacks import LearningRateScheduler as VersionSchedule
+    from elasticdl_nb.keras_flavor import keras
 
     names = []
     schedule = initial_learning_rate(optimizer) == 0.0

@@ -51,6 +51,7 @@ class Coordinator:
                     EventKind.JOB_STATE,
                     state=JobState.RUNNING,
                     reason="started",
+                    keras=job.spec.keras_version,
                     **job.progress_fields(),
                 )
         while not job.finished.is_set():

@@ -20,6 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.keras_flavor import optimizer_variables
+
 
 def _capacity(rows: int, index: int) -> int:
     # Proxies get distinct first dimensions, so each optimizer slot maps to its table
@@ -52,7 +54,7 @@ class RowOptimizer:
         probe = make_optimizer()
         a, b = tf.Variable(tf.zeros([3, 2])), tf.Variable(tf.zeros([4, 2]))
         probe.build([a, b])
-        return all(tuple(v.shape) in ((), (3, 2), (4, 2)) for v in probe.variables)
+        return all(tuple(v.shape) in ((), (3, 2), (4, 2)) for v in optimizer_variables(probe))
 
     def _build(self, wanted: list[int]) -> None:
         """(Re)build proxies of at least `wanted` rows per table, keeping the scalars."""
@@ -66,7 +68,7 @@ class RowOptimizer:
         by_rows = {c: i for i, c in enumerate(self.capacities)}
         proxy_slots: list[list[tf.Variable]] = [[] for _ in self.shapes]
         scalars = []
-        for var in optimizer.variables:
+        for var in optimizer_variables(optimizer):
             if len(var.shape) == 0:
                 scalars.append(var)
             else:

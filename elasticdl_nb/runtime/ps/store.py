@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.keras_flavor import optimizer_variables
 from elasticdl_nb.runtime.compiled_call import CompiledCall
 from elasticdl_nb.runtime.ps.dense_update import DenseUpdate
 from elasticdl_nb.runtime.ps.pending_version import PendingVersion
@@ -348,7 +349,7 @@ class ParameterStore:
                 "parent": since,
                 "variables": [VariableSpec(n, v.numpy()) for n, v in self.dense.items()],
                 "tables": [t.snapshot(since) for t in self.tables.values()],
-                "optimizer": [v.numpy() for v in self.optimizer.variables],
+                "optimizer": [v.numpy() for v in optimizer_variables(self.optimizer)],
                 "row_optimizer": self.rows.state() if self.rows else [],
                 "row_rows": self.rows.rows_wanted() if self.rows else [],
                 **self._durable_record(),
@@ -381,7 +382,9 @@ class ParameterStore:
         a delta checkpoint into its base)."""
         with self.lock:
             self._create(state["variables"], [t.definition for t in state["tables"]])
-            for var, value in zip(self.optimizer.variables, state["optimizer"], strict=True):
+            for var, value in zip(
+                optimizer_variables(self.optimizer), state["optimizer"], strict=True
+            ):
                 var.assign(value)
             for snapshot in state["tables"]:
                 self.tables[snapshot.definition.name].load(snapshot)

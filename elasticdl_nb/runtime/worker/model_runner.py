@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.keras_flavor import keras, variable_name
 from elasticdl_nb.layers.embedding import whole_tables
 from elasticdl_nb.model.contract import ContractError, ModelContract, call_model
 from elasticdl_nb.model.metrics import make_eval_metrics
@@ -52,7 +52,7 @@ class Gradients:
 def _unique_names(variables) -> list[str]:
     names, seen = [], {}
     for var in variables:
-        name = var.path
+        name = variable_name(var)
         if name in seen:  # two variables with one path: keep both, distinctly
             seen[name] += 1
             name = f"{name}#{seen[name]}"

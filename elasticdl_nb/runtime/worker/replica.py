@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.keras_flavor import keras, optimizer_variables
 from elasticdl_nb.model.contract import ContractError, ModelContract, call_model
 from elasticdl_nb.model.metrics import make_eval_metrics
 from elasticdl_nb.runtime.compiled_call import CompiledCall
@@ -77,7 +77,9 @@ class Replica:
 
         def apply(flat_mean):
             parts = tf.split(flat_mean, sizes)
-            optimizer.apply([tf.reshape(p, v.shape) for p, v in zip(parts, variables)], variables)
+            optimizer.apply_gradients(
+                [(tf.reshape(p, v.shape), v) for p, v in zip(parts, variables)]
+            )
 
         @tf.function(reduce_retracing=True)
         def evaluate(features, labels):
@@ -143,7 +145,7 @@ class Replica:
     # ------------------------------------------------------------------ state
 
     def _state_variables(self) -> list:
-        return list(self.model.weights) + list(self.optimizer.variables)
+        return list(self.model.weights) + optimizer_variables(self.optimizer)
 
     def state(self) -> list[np.ndarray]:
         """Everything a replica is: model weights (trainable or not) and optimizer slots."""

@@ -15,10 +15,10 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+from elasticdl_nb.keras_flavor import keras
 from elasticdl_nb.model.contract import ContractError
 from elasticdl_nb.runtime.table_def import Initializer, TableDef
 

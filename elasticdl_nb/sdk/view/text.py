@@ -135,7 +135,7 @@ def _export(d: dict) -> str:
 
 def _job_state(d: dict) -> str:
     if d["state"] == JobState.RUNNING:
-        return "job started"
+        return "job started" + (" (Keras 2: tf_keras)" if d.get("keras") == "2" else "")
     reason = f": {d['reason']}" if d.get("reason") else ""
     # The job's last word on goodput: the last progress line may be seconds older.
     goodput = f" ({format_goodput(d['goodput'])})" if d.get("goodput") is not None else ""
