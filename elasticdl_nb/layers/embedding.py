@@ -93,6 +93,9 @@ class Embedding(keras.layers.Embedding):
     def call(self, inputs):
         if self.whole_table:
             return self.assemble(inputs, tf.gather(self._embeddings, self.lookup_ids(inputs)))
+        if _building_symbolically():  # (tf_keras: outputs of the right shape, no rows)
+            ids = self.lookup_ids(inputs)
+            return self.assemble(inputs, tf.gather(self._embeddings, tf.zeros_like(ids)))
         raise RuntimeError(
             f"Embedding '{self.name}' keeps its rows on the parameter servers of an "
             "elasticdl-nb job, so it runs only inside one: train the model with "
@@ -176,3 +179,11 @@ def whole_tables() -> Iterator[None]:
         yield
     finally:
         _WHOLE_TABLES.on = False
+
+
+def _building_symbolically() -> bool:
+    """Whether a functional model is being built: Keras 2 (tf_keras) calls each layer on
+    placeholders in a scratch graph of its own, '<layer>_scratch_graph' (Keras 3 asks for
+    output specs instead)."""
+    graph = tf.compat.v1.get_default_graph()
+    return not tf.executing_eagerly() and graph.name.endswith("_scratch_graph")

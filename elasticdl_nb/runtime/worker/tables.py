@@ -92,7 +92,7 @@ def table_def(name: str, layer) -> TableDef:
     return TableDef(
         name=name,
         dim=int(layer.output_dim),
-        dtype=str(layer._embeddings.dtype),
+        dtype=tf.as_dtype(layer._embeddings.dtype).name,  # (tf_keras: a tf.DType)
         input_dim=int(layer.input_dim or 0),
         initializer=_initializer(name, init, int(layer.input_dim or 0), int(layer.output_dim)),
         seed=TableDef.seed_for(name, seed if isinstance(seed, int) else None),
