@@ -78,17 +78,28 @@ class Embedding(keras.layers.Embedding):
 
     def build(self, input_shape=None):
         if self.whole_table:  # an exported model's: a Keras Embedding's table
-            self._embeddings = self.add_weight(
-                shape=(self.input_dim, self.output_dim),
-                initializer=self.embeddings_initializer,
-                name="embeddings",
-                trainable=True,
+            self._keep(
+                self.add_weight(
+                    shape=(self.input_dim, self.output_dim),
+                    initializer=self.embeddings_initializer,
+                    name="embeddings",
+                    trainable=True,
+                )
             )
             return
         # The table is on the parameter servers; this stands in for it in the model.
-        self._embeddings = self.add_weight(
-            shape=(1, self.output_dim), initializer="zeros", name="embeddings", trainable=True
+        self._keep(
+            self.add_weight(
+                shape=(1, self.output_dim), initializer="zeros", name="embeddings", trainable=True
+            )
         )
+
+    def _keep(self, table) -> None:
+        self._embeddings = table
+        if not isinstance(getattr(type(self), "embeddings", None), property):
+            self.embeddings = (
+                table  # (tf_keras's Embedding: an attribute; Keras 3's reads _embeddings)
+            )
 
     def call(self, inputs):
         if self.whole_table:

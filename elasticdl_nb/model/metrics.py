@@ -45,30 +45,40 @@ class OneOutput:
         return self.metric.variables
 
 
+class MeanOf(OneOutput):
+    """The mean of `fn(labels, predictions)`'s values (a loss, or ElasticDL's per-example
+    metric functions), as Keras's MeanMetricWrapper takes it, except that predictions
+    go to `fn` as the model gave them: tf_keras's wrapper casts them to a tensor, which a
+    model with a dict of outputs is not."""
+
+    def __init__(self, mean: Any, fn: Any):
+        super().__init__(mean, "")
+        self.fn = fn
+
+    def update_state(self, labels, predictions):
+        import tensorflow as tf
+
+        return self.metric.update_state(tf.cast(self.fn(labels, predictions), tf.float32))
+
+
 def make_eval_metrics(contract: ModelContract) -> dict[str, Any]:
     """Fresh metric objects for an evaluation; always includes the loss. Per output
     (`{"logits": {"auc": ...}}`), a metric is named "<output>/<metric>"."""
-    import tensorflow as tf
 
     from elasticdl_nb.keras_flavor import keras
-
-    def mean_of(fn):
-        return lambda labels, predictions: tf.cast(fn(labels, predictions), tf.float32)
 
     def metric_of(name: str, metric: Any, where: str):
         if isinstance(metric, keras.metrics.Metric):
             return metric
         if callable(metric):
-            return keras.metrics.MeanMetricWrapper(mean_of(metric), name=name)
+            return MeanOf(keras.metrics.Mean(name=name), metric)
         raise ContractError(
             f"eval_metrics_fn(){where} is a {type(metric).__name__}; use a Keras metric or "
             "a function(labels, predictions), or per output a dict of them "
             '({"output name": {"auc": keras.metrics.AUC()}}).'
         )
 
-    metrics: dict[str, Any] = {
-        LOSS_METRIC: keras.metrics.MeanMetricWrapper(mean_of(contract.loss), name=LOSS_METRIC)
-    }
+    metrics: dict[str, Any] = {LOSS_METRIC: MeanOf(keras.metrics.Mean(LOSS_METRIC), contract.loss)}
     given: Mapping[str, Any] = contract.eval_metrics_fn() if contract.eval_metrics_fn else {}
     if not isinstance(given, Mapping):
         raise ContractError(

@@ -36,6 +36,7 @@ from elasticdl_nb.runtime.worker.tables import (
     holds_no_table,
     lookup_ids,
     table_def,
+    table_variable,
 )
 
 log = logging.getLogger("elasticdl_nb.worker")
@@ -123,9 +124,9 @@ class ModelRunner:
             call_model(self.model, features, training=False)
         finally:
             self._probing = False
-        placeholders = {id(layer._embeddings) for layer in self._tables}
+        placeholders = {id(table_variable(layer)) for layer in self._tables}
         dense_vars = [v for v in self.model.trainable_variables if id(v) not in placeholders]
-        names = _unique_names(dense_vars + [layer._embeddings for layer in self._tables])
+        names = _unique_names(dense_vars + [table_variable(layer) for layer in self._tables])
         self.dense_vars = dense_vars
         self.dense_names = names[: len(dense_vars)]
         self.table_names = names[len(dense_vars) :]

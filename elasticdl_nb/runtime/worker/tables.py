@@ -25,6 +25,13 @@ from elasticdl_nb.runtime.table_def import Initializer, TableDef
 _TRUNCATED_STDDEV = 0.87962566103423978  # stddev of a unit normal cut at two deviations
 
 
+def table_variable(layer):
+    """An Embedding layer's table variable: Keras 3 keeps it as `_embeddings` (its
+    `embeddings` may be a computed tensor), tf_keras as `embeddings`."""
+    table = getattr(layer, "_embeddings", None)
+    return table if table is not None else layer.embeddings
+
+
 @contextmanager
 def embeddings_without_tables() -> Iterator[None]:
     """Embedding layers created inside get a one-row placeholder for a table when they are
@@ -58,7 +65,7 @@ def embeddings_without_tables() -> Iterator[None]:
 def holds_no_table(layer) -> bool:
     """Whether `layer` was built with the placeholder (one created outside
     `embeddings_without_tables` holds its whole table)."""
-    return int(layer._embeddings.shape[0]) == 1
+    return int(table_variable(layer).shape[0]) == 1
 
 
 def lookup_ids(layer, inputs) -> tf.Tensor:
@@ -92,7 +99,7 @@ def table_def(name: str, layer) -> TableDef:
     return TableDef(
         name=name,
         dim=int(layer.output_dim),
-        dtype=tf.as_dtype(layer._embeddings.dtype).name,  # (tf_keras: a tf.DType)
+        dtype=tf.as_dtype(table_variable(layer).dtype).name,  # (tf_keras: a tf.DType)
         input_dim=int(layer.input_dim or 0),
         initializer=_initializer(name, init, int(layer.input_dim or 0), int(layer.output_dim)),
         seed=TableDef.seed_for(name, seed if isinstance(seed, int) else None),

@@ -1,0 +1,76 @@
+"""Model-zoo modules written in ElasticDL's style for Keras 2 (issue 38), each trained as a
+real elastic job and as a plain single-process Keras 2 loop of the same code
+(`elasticdl_style/plain_loop.py`, in a fresh process under tf_keras), on the same data:
+the job's final evaluation is within 0.01 of the loop's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import elasticdl_nb as edl
+from elasticdl_nb.data import stage_arrays
+from tests.integration.elasticdl_style import census_wide_deep, deepfm, mnist_cnn
+
+HERE = Path(__file__).resolve().parent / "elasticdl_style"
+REPO = HERE.parents[2]
+
+
+def plain_loop(module: str, train: str, test: str, epochs: int, minibatch: int) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.integration.elasticdl_style.plain_loop",
+         str(HERE / f"{module}.py"), train, test, str(epochs), str(minibatch)],
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"},
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def job_metrics(module: str, train: str, test: str, epochs: int, minibatch: int, **options):
+    job = edl.train(
+        f"{module}.custom_model",
+        model_zoo=str(HERE / f"{module}.py"),
+        data=train,
+        validation_data=test,
+        epochs=epochs,
+        minibatch_size=minibatch,
+        **options,
+    )
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final
+    started = next(e.data for e in job.events(follow=False) if e.kind == "job_state")
+    assert started["keras"] == "2"  # (found out: Keras 3 cannot build these)
+    return final["metrics"]
+
+
+def test_deepfm_with_elasticdl_s_embedding_and_k_sum(job_home, tmp_path):
+    (train, test), _, _ = deepfm.write_tfrecords(tmp_path)
+    loop = plain_loop("deepfm", train, test, epochs=3, minibatch=64)
+    job = job_metrics("deepfm", train, test, 3, 64, workers=2)
+    print(f"DeepFM: job {job}, plain Keras 2 loop {loop}")
+    assert job["probs/auc"] == pytest.approx(loop["probs/auc"], abs=0.01)
+    assert job["logits/accuracy"] == pytest.approx(loop["logits/accuracy"], abs=0.01)
+
+
+def test_census_wide_and_deep_with_string_lookups_and_a_version_schedule(job_home, tmp_path):
+    (train, test), _, _ = census_wide_deep.write_tfrecords(tmp_path)
+    loop = plain_loop("census_wide_deep", train, test, epochs=2, minibatch=64)
+    job = job_metrics("census_wide_deep", train, test, 2, 64, workers=2)
+    print(f"census: job {job}, plain Keras 2 loop {loop}")
+    assert job["probs/auc"] == pytest.approx(loop["probs/auc"], abs=0.01)
+    assert job["probs/accuracy"] == pytest.approx(loop["probs/accuracy"], abs=0.01)
+
+
+def test_mnist_like_cnn(job_home, tmp_path):
+    train = stage_arrays(*mnist_cnn.write_arrays(12_000, seed=1), str(tmp_path / "train"))
+    test = stage_arrays(*mnist_cnn.write_arrays(4_000, seed=2), str(tmp_path / "test"))
+    loop = plain_loop("mnist_cnn", train, test, epochs=3, minibatch=64)
+    job = job_metrics("mnist_cnn", train, test, 3, 64, workers=2)
+    print(f"CNN: job {job}, plain Keras 2 loop {loop}")
+    assert job["accuracy"] == pytest.approx(loop["accuracy"], abs=0.01)
