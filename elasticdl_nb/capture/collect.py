@@ -162,7 +162,7 @@ class _Collector:
                     f"cannot be imported by its name {module.__name__!r}. Fix: import it "
                     "by name."
                 ) from None
-        real = module.__name__
+        real = _by_tensorflow_s_name(module.__name__)
         short = real.rsplit(".", 1)[-1]
         if "." in real and short == name:
             statement = f"from {real.rsplit('.', 1)[0]} import {short}"
@@ -176,6 +176,20 @@ class _Collector:
             self.add(ref, scope[ref], scope, used_by)
         # Not in the namespace: a builtin, or a name the code never reaches here. A
         # missing one fails the one-batch check with Python's own NameError.
+
+
+# What `tf.keras` is in a process running Keras 3, and in one running Keras 2 (tf_keras).
+_TF_KERAS = ("keras._tf_keras.keras", "tf_keras.api._v2.keras")
+
+
+def _by_tensorflow_s_name(name: str) -> str:
+    """A module of `tf.keras` (`from tensorflow.keras import backend as K`) by TensorFlow's
+    name, `tensorflow.keras...`: imported so in each job process, it is the Keras that
+    process runs, which for a Keras-2 job is not the notebook's."""
+    for prefix in _TF_KERAS:
+        if name == prefix or name.startswith(prefix + "."):
+            return "tensorflow.keras" + name[len(prefix) :]
+    return name
 
 
 def _literal(value: Any) -> str | None:

@@ -402,10 +402,21 @@ class Job:
         # Keras finds a model-zoo module's or a notebook's own classes only when given them;
         # safe_mode off: the file is the user's own job's, and Lambda layers need it (as
         # for a captured model: capture/keras_models.py).
-        if self._keras_version() not in ("auto", VERSION):  # (a job from before: "auto")
-            # The other Keras's model: its own package loads it, beside this one's.
+        ran = self._keras_version()
+        if ran not in ("auto", VERSION):  # (a job from before: "auto")
+            # The other Keras's model: its own package loads it, beside this one's; the
+            # model's own classes, which this process made in its Keras, cannot go with it.
             other = importlib.import_module("keras" if VERSION == "2" else "tf_keras")
-            return other.models.load_model(path, compile=False, safe_mode=False)
+            try:
+                return other.models.load_model(path, compile=False, safe_mode=False)
+            except (TypeError, ValueError) as exc:
+                raise NoModelYet(
+                    f"Job {self.name!r} ran Keras {ran}, and this process runs Keras "
+                    f"{VERSION}: {exc} Its model has classes of its own, which load only "
+                    f"where Keras {ran} runs: in a notebook started with TF_USE_LEGACY_KERAS="
+                    f"{'1' if ran == '2' else '0'}; or train with export_format='both' and "
+                    "call job.saved_model(), which needs no classes."
+                ) from exc
         from elasticdl_nb.keras_flavor import keras
 
         contract = load_bundle(files.bundle)

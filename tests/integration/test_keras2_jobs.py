@@ -129,3 +129,94 @@ def test_elasticdl_s_embedding_trains_on_the_ps_in_a_keras_2_job(job_home, tmp_p
     best = roc_auc_score(clicks, true_logits)
     print(f"AUC: job's evaluation {final['metrics']['auc']:.3f}, ground truth {best:.3f}")
     assert final["metrics"]["auc"] >= 0.5 + 0.5 * (best - 0.5)
+
+
+def test_a_ps_killed_in_a_keras_2_job_restores_tf_keras_s_optimizer_state(job_home, zoo):
+    # The PS's checkpoint holds the tf_keras optimizer's variables (a method there, not a
+    # property): restored, what was rolled back is redone, every record applied once.
+    rng = fault_rng("keras2-ps-kill")
+    epochs = 6
+    job, (x, _), (xt, yt) = _job(
+        zoo, workers=2, epochs=epochs, checkpoint_steps=25, record_ledger=True
+    )
+    steps = epochs * -(-len(x) // 32)
+    status = wait_for_step(job, rng.randint(30, steps // 2))
+    os.kill(pid_of(status, "ps", 0), signal.SIGKILL)
+    print(f"killed the PS at step {status['step']}")
+    final = job.wait(timeout=300)
+    assert final["state"] == "succeeded", final
+    restored = [e.data for e in job.events(follow=False) if e.kind == "ps_restored"]
+    assert len(restored) == 1
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+    assert final["metrics"]["accuracy"] >= 0.9
+
+
+LAYER_MODULE = """
+import tensorflow as tf
+from tensorflow.keras import backend as K
+
+
+class Scale(tf.keras.layers.Layer):
+    # x times a learned vector: a Keras-2 layer of the module's own.
+
+    def build(self, input_shape):
+        self.factor = self.add_weight(name="factor", shape=(input_shape[-1],), initializer="ones")
+
+    def call(self, x):
+        return x * self.factor
+
+
+def custom_model():
+    pixels = tf.keras.Input(shape=(64,))
+    hidden = tf.keras.layers.Dense(64, activation="relu")(K.relu(Scale()(pixels)))
+    return tf.keras.Model(pixels, tf.keras.layers.Dense(10)(hidden))
+
+
+def loss(labels, predictions):
+    return tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
+    )
+
+
+def optimizer():
+    return tf.keras.optimizers.Adam(learning_rate=0.005)
+"""
+
+# A notebook started with TF_USE_LEGACY_KERAS=1: its jobs are Keras 2, and job.model()
+# gives the module's own layer class back.
+LEGACY_NOTEBOOK = """
+import sys
+import numpy as np
+import elasticdl_nb as edl
+from tests.integration.models import digits_split
+
+(x, y), (xt, yt) = digits_split()
+job = edl.train("k2_layers.custom_model", model_zoo=sys.argv[1], data=(x, y), workers=2,
+                epochs=6, minibatch_size=32)
+assert job.wait(timeout=300, progress=False)["state"] == "succeeded"
+model = job.model()
+layer = model.layers[1]
+accuracy = float(np.mean(model.predict(xt, verbose=0).argmax(1) == yt))
+print("RESULT", type(layer).__module__, type(layer).__name__, round(accuracy, 3), job.name)
+"""
+
+
+def test_a_keras_2_model_s_own_layers_come_back_in_a_keras_2_notebook(job_home, tmp_path):
+    import subprocess
+    import sys
+
+    zoo = tmp_path / "k2_layers.py"
+    zoo.write_text(textwrap.dedent(LAYER_MODULE))
+    done = subprocess.run(
+        [sys.executable, "-c", LEGACY_NOTEBOOK, str(zoo)],
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    module, name, accuracy, job_name = done.stdout.split("RESULT")[-1].split()
+    assert (module, name) == ("k2_layers", "Scale") and float(accuracy) >= 0.9
+    # Here, in Keras 3, the class cannot go to tf_keras: said, with where it loads.
+    with pytest.raises(edl.NoModelYet, match="TF_USE_LEGACY_KERAS=1"):
+        edl.attach(job_name).model()

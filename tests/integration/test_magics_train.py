@@ -299,3 +299,49 @@ def test_dry_run_prints_the_kubernetes_objects_and_launches_nothing(shell, job_h
     # The compiled Keras model travels in the ConfigMap as its .keras archive.
     assert "bundle__source__models__model.keras" in objects[2]["binaryData"]
     assert jobs_made(job_home) == []
+
+
+KERAS_2_CELL = """
+import tensorflow as tf
+from tensorflow import keras
+from tensorflow.keras import backend as K
+
+def custom_model():
+    pixels = keras.Input(shape=(64,))
+    top, bottom = tf.split(pixels, 2, axis=1)
+    halves = [keras.layers.Dense(32, activation="relu")(h) for h in (top, bottom)]
+    return keras.Model(pixels, keras.layers.Dense(10)(K.concatenate(halves, axis=1)))
+
+def loss(labels, predictions):
+    return tf.reduce_mean(
+        keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
+    )
+
+def optimizer():
+    return keras.optimizers.Adam(learning_rate=0.005)
+
+def eval_metrics_fn():
+    return {"accuracy": keras.metrics.SparseCategoricalAccuracy()}
+"""
+
+
+def test_a_cell_written_for_keras_2_trains_in_tf_keras(shell, job_home):
+    """A cell whose model only Keras 2 builds (tf.split and K.concatenate on symbolic
+    tensors), in this Keras-3 kernel: its `tf.keras` modules travel by TensorFlow's names,
+    so the job's processes, found to be Keras 2, take tf_keras's (Keras 3's layers would
+    not take tf_keras's tensors)."""
+    train(
+        shell,
+        "--workers 2 --epochs 6 --minibatch-size 32 --data x_train y_train "
+        "--validation-data x_test y_test -o k2 --wait",
+        KERAS_2_CELL,
+    )
+    job = shell.user_ns["k2"]
+    status = job.status()
+    assert status["state"] == "succeeded", status
+    started = next(e.data for e in job.events(follow=False) if e.kind == "job_state")
+    assert started["keras"] == "2"
+    assert status["metrics"]["accuracy"] >= 0.9
+    source = (job.bundle_dir / "source" / "captured_model.py").read_text()
+    assert "from tensorflow import keras\n" in source
+    assert "import tensorflow.keras.backend as K\n" in source
