@@ -54,7 +54,7 @@ def zoo(tmp_path):
     return path
 
 
-def _job(zoo, **options):
+def keras2_job(zoo, **options):
     (x, y), (xt, yt) = digits_split()
     job = edl.train(
         "keras2_digits.custom_model",
@@ -74,7 +74,7 @@ def test_a_keras_2_model_is_found_out_and_trains_in_tf_keras_a_worker_killed(
 ):
     rng = fault_rng(f"keras2-{strategy}-worker-kill")
     epochs = 6
-    job, (x, _), (xt, yt) = _job(
+    job, (x, _), (xt, yt) = keras2_job(
         zoo, workers=2, epochs=epochs, strategy=strategy, record_ledger=True
     )
     steps = epochs * -(-len(x) // 32)
@@ -98,7 +98,7 @@ def test_a_keras_2_model_is_found_out_and_trains_in_tf_keras_a_worker_killed(
 
 def test_told_keras_3_it_is_refused_with_keras_3_s_reason(job_home, zoo):
     with pytest.raises(PreflightError, match="KerasTensor cannot be used as input"):
-        _job(zoo, keras_version="3")
+        keras2_job(zoo, keras_version="3")
 
 
 def test_elasticdl_s_embedding_trains_on_the_ps_in_a_keras_2_job(job_home, tmp_path):
@@ -136,7 +136,7 @@ def test_a_ps_killed_in_a_keras_2_job_restores_tf_keras_s_optimizer_state(job_ho
     # property): restored, what was rolled back is redone, every record applied once.
     rng = fault_rng("keras2-ps-kill")
     epochs = 6
-    job, (x, _), (xt, yt) = _job(
+    job, (x, _), (xt, yt) = keras2_job(
         zoo, workers=2, epochs=epochs, checkpoint_steps=25, record_ledger=True
     )
     steps = epochs * -(-len(x) // 32)

@@ -487,3 +487,33 @@ def test_a_permission_the_master_lacks_fails_the_job_with_the_refusal_and_the_fi
     (container,) = master.status.container_statuses
     assert container.restart_count == 1, container
     assert json.loads(container.state.terminated.message)["state"] == "failed"
+
+
+def test_a_keras_2_model_zoo_job_runs_tf_keras_in_its_pods_and_predicts(
+    job_home, job_namespace, real_node, real_cluster, tmp_path
+):
+    """A model-zoo module only Keras 2 builds (tests/integration/test_keras2_jobs.py's):
+    every pod of its job runs tf_keras (the image carries it; each pod's environment says
+    so), and it predicts for a data set on the job's volume."""
+    import numpy as np
+
+    from tests.integration.test_keras2_jobs import ZOO_MODULE, keras2_job
+
+    zoo = tmp_path / "keras2_digits.py"
+    zoo.write_text(textwrap.dedent(ZOO_MODULE))
+    xt = digits_split()[1][0]
+    job, _, _ = keras2_job(
+        zoo,
+        prediction_data=xt,
+        workers=2,
+        epochs=4,
+        **k8s_options(real_cluster, job_namespace, tmp_path),
+    )
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final
+    started = next(e.data for e in job.events(follow=False) if e.kind == "job_state")
+    assert started["keras"] == "2"
+    assert final["metrics"]["accuracy"] >= 0.85
+    model = job.model()
+    assert type(model).__module__.startswith("tf_keras")
+    np.testing.assert_allclose(job.predictions(), model.predict(xt, verbose=0), atol=1e-4)
