@@ -151,7 +151,8 @@ def test_a_compiled_model_beside_a_notebook_keras_that_is_tf_keras(shell, tmp_pa
     entries = {"custom_model": ns["tf_net"], "eval_metrics_fn": ns["tf_metrics"]}
     write_bundle(tmp_path / "b", functions=entries)
     text = (tmp_path / "b" / "source" / f"{MODULE}.py").read_text()
-    assert "from keras._tf_keras import keras" in text and "import keras as _keras" in text
+    # (by TensorFlow's name: in a Keras-2 job's process that is tf_keras, as it should be)
+    assert "from tensorflow import keras" in text and "import keras as _keras" in text
     out = load_in_fresh_process(
         tmp_path / "b",
         "[type(contract.optimizer()).__name__, list(contract.eval_metrics_fn()),"
