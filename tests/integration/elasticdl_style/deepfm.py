@@ -13,7 +13,7 @@ from tensorflow.keras import backend as K
 VOCAB, LENGTH = 500, 10
 
 
-def custom_model(input_dim=VOCAB, embedding_dim=8, input_length=LENGTH, fc_unit=32):
+def custom_model(input_dim=VOCAB, embedding_dim=4, input_length=LENGTH, fc_unit=16):
     inputs = tf.keras.Input(shape=(input_length,), dtype=tf.int64, name="feature")
     embeddings = Embedding(output_dim=embedding_dim, input_dim=input_dim, name="emb")(inputs)
     # FM: the second-order term 0.5 ((sum v)^2 - sum v^2), and the first order.
