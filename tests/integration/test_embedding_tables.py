@@ -302,9 +302,13 @@ def test_a_captured_model_starts_its_ps_tables_from_its_own_table_values(job_hom
     np.testing.assert_array_equal(exported, table)
 
 
+@pytest.mark.parametrize("keras_version", ["3", "2"])
 def test_an_elasticdl_model_zoo_file_with_sparse_bags_of_ids_and_a_combiner_trains(
-    job_home, tmp_path
+    job_home, tmp_path, keras_version
 ):
+    # Keras 2 too (tf_keras in every process): tf_keras builds the functional model by
+    # calling ElasticDL's Embedding on placeholders, and the PS applies tf_keras's
+    # optimizer rule to its rows.
     from sklearn.metrics import roc_auc_score
 
     zoo = model_zoo_module("bag_of_ids")
@@ -318,9 +322,12 @@ def test_an_elasticdl_model_zoo_file_with_sparse_bags_of_ids_and_a_combiner_trai
         ps=2,
         epochs=2,
         minibatch_size=128,
+        keras_version=keras_version,
     )
     final = job.wait(timeout=400)
     assert final["state"] == "succeeded"
+    started = next(e.data for e in job.events(follow=False) if e.kind == "job_state")
+    assert started["keras"] == keras_version
     best = roc_auc_score(clicks, true_logits)
     print(f"AUC: job's evaluation {final['metrics']['auc']:.3f}, ground truth {best:.3f}")
     assert final["metrics"]["auc"] >= 0.5 + 0.5 * (best - 0.5)

@@ -101,36 +101,6 @@ def test_told_keras_3_it_is_refused_with_keras_3_s_reason(job_home, zoo):
         keras2_job(zoo, keras_version="3")
 
 
-def test_elasticdl_s_embedding_trains_on_the_ps_in_a_keras_2_job(job_home, tmp_path):
-    # ElasticDL's Embedding (rows on two PS, sparse bags of ids, a combiner) in tf_keras:
-    # built on placeholders there (tf_keras calls layers to build a functional model), its
-    # rows updated by the tf_keras optimizer's rule on the PS.
-    from sklearn.metrics import roc_auc_score
-
-    from tests.integration.models import model_zoo_module
-
-    zoo = model_zoo_module("bag_of_ids")
-    (train, test), clicks, true_logits = zoo.write_bag_tfrecords(tmp_path, 20_000, 5_000)
-    job = edl.train(
-        "bag_of_ids.custom_model",
-        model_zoo="examples/model_zoo/bag_of_ids.py",
-        data=train,
-        validation_data=test,
-        workers=2,
-        ps=2,
-        epochs=2,
-        minibatch_size=128,
-        keras_version="2",
-    )
-    final = job.wait(timeout=400)
-    assert final["state"] == "succeeded"
-    started = next(e.data for e in job.events(follow=False) if e.kind == "job_state")
-    assert started["keras"] == "2"
-    best = roc_auc_score(clicks, true_logits)
-    print(f"AUC: job's evaluation {final['metrics']['auc']:.3f}, ground truth {best:.3f}")
-    assert final["metrics"]["auc"] >= 0.5 + 0.5 * (best - 0.5)
-
-
 def test_a_ps_killed_in_a_keras_2_job_restores_tf_keras_s_optimizer_state(job_home, zoo):
     # The PS's checkpoint holds the tf_keras optimizer's variables (a method there, not a
     # property): restored, what was rolled back is redone, every record applied once.
