@@ -73,12 +73,20 @@ def _check_elsewhere(files: JobDir, version: str) -> None:
 
     env = {k: v for k, v in os.environ.items() if k != LEGACY_ENV}
     env.update(environ_for(version), TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run(
-        [sys.executable, "-m", "elasticdl_nb.sdk.preflight", str(files.path)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "elasticdl_nb.sdk.preflight", str(files.path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_CHECK_SECONDS,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PreflightError(
+            f"The one-minibatch check in Keras {version} did not end in {_CHECK_SECONDS} s "
+            "(a fresh process: TensorFlow's import, the model built, one step). Its output:"
+            f"\n{(exc.stderr or b'')[-3000:]!r}"
+        ) from None
     if done.returncode == _REFUSED:
         raise PreflightError(f"(Keras {version}) {done.stderr.strip().splitlines()[-1]}")
     if done.returncode:
@@ -242,6 +250,7 @@ def _check_callbacks(bundle_dir: Path, contract, spec: JobSpec) -> None:
 
 
 _REFUSED = 3  # the exit code of a check that refused the model (its message last)
+_CHECK_SECONDS = 600  # (a fresh process's check; a model that takes longer is not sane)
 
 
 def _main(argv: list[str]) -> int:
