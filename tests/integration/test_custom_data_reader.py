@@ -116,7 +116,7 @@ def zoo(tmp_path):
 def test_a_job_trains_and_predicts_through_the_model_s_own_reader_exactly_once(job_home, zoo):
     rng = fault_rng("custom-reader-worker-kill")
     path, root, (x, _), (xt, yt) = zoo
-    epochs = 6
+    epochs = 4
     job = edl.train(
         "digits_text.custom_model",
         model_zoo=str(path),
