@@ -72,6 +72,20 @@ def _zoo(tmp_path, pause: float):
     return zoo, seen
 
 
+def _zoo_job(zoo, data, prediction_data, epochs: int):
+    """The zoo module's job: 2 workers, tasks of two minibatches of 32."""
+    return edl.train(
+        "digits_predict.custom_model",
+        model_zoo=str(zoo),
+        data=data,
+        prediction_data=prediction_data,
+        workers=2,
+        epochs=epochs,
+        minibatch_size=32,
+        minibatches_per_task=2,
+    )
+
+
 def _processed(seen) -> np.ndarray:
     return np.concatenate([np.load(p) for p in sorted(seen.iterdir())])
 
@@ -86,16 +100,7 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> bool:
 def test_a_model_zoo_job_predicts_its_data_and_its_processor_sees_every_record(job_home, tmp_path):
     zoo, seen = _zoo(tmp_path, pause=0.0)
     (x, y), (xt, yt) = digits_split()
-    job = edl.train(
-        "digits_predict.custom_model",
-        model_zoo=str(zoo),
-        data=(x, y),
-        prediction_data=xt,
-        workers=2,
-        epochs=6,
-        minibatch_size=32,
-        minibatches_per_task=2,
-    )
+    job = _zoo_job(zoo, (x, y), xt, epochs=6)
     assert job.wait(timeout=300)["state"] == "succeeded"
     predictions = job.predictions()
     assert predictions.shape == (len(xt), 10)
@@ -134,16 +139,7 @@ def test_a_worker_sigkilled_while_the_job_predicts_costs_no_record_its_predictio
     zoo, seen = _zoo(tmp_path, pause=0.1)
     (x, y), (xt, _) = digits_split()
     big = np.concatenate([xt] * 4)  # 1,588 records: 25 tasks of 64, ~0.1 s a minibatch
-    job = edl.train(
-        "digits_predict.custom_model",
-        model_zoo=str(zoo),
-        data=(x, y),
-        prediction_data=big,
-        workers=2,
-        epochs=2,
-        minibatch_size=32,
-        minibatches_per_task=2,
-    )
+    job = _zoo_job(zoo, (x, y), big, epochs=2)
 
     def predicting():
         return any(
