@@ -410,12 +410,17 @@ class Job:
             try:
                 return other.models.load_model(path, compile=False, safe_mode=False)
             except (TypeError, ValueError) as exc:
+                served = (
+                    "its SavedModel serves here and needs no classes: job.saved_model()"
+                    if files.saved_model.exists()
+                    else "or train with export_format='both' and call job.saved_model(), "
+                    "which needs no classes"
+                )
                 raise NoModelYet(
                     f"Job {self.name!r} ran Keras {ran}, and this process runs Keras "
                     f"{VERSION}: {exc} Its model has classes of its own, which load only "
                     f"where Keras {ran} runs: in a notebook started with TF_USE_LEGACY_KERAS="
-                    f"{'1' if ran == '2' else '0'}; or train with export_format='both' and "
-                    "call job.saved_model(), which needs no classes."
+                    f"{'1' if ran == '2' else '0'}; {served}."
                 ) from exc
         from elasticdl_nb.keras_flavor import keras
 

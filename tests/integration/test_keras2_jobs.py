@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 import elasticdl_nb as edl
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.ps.ledger import ledger_problems
 from elasticdl_nb.sdk.preflight import PreflightError
 from tests.integration.faults import fault_rng, pid_of, wait_for_step
 from tests.integration.models import digits_split
+from tests.tensorboard_files import read_scalars
 
 ZOO_MODULE = """
 import tensorflow as tf
@@ -89,11 +91,24 @@ def test_a_keras_2_model_is_found_out_and_trains_in_tf_keras_a_worker_killed(
     assert started["keras"] == "2"
     if strategy == "ps":
         assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+        _check_tensorboard_log(job, final)
     assert final["metrics"]["accuracy"] >= 0.9
     # The model comes back as what it is, a tf_keras model, here beside Keras 3.
     model = job.model()
     assert type(model).__module__.startswith("tf_keras")
     assert float(np.mean(model.predict(xt, verbose=0).argmax(1) == yt)) >= 0.9
+
+
+def _check_tensorboard_log(job, final) -> None:
+    """The TensorBoard log of a Keras-2 job: the journal's losses, the tf_keras
+    optimizer's learning rate as the PS read it, the final evaluation."""
+    events = list(job.events(follow=False))
+    scalars = read_scalars(JobDir(job.dir).tensorboard)
+    points = [p for e in events if e.kind == "loss" for p in e.data["points"]]
+    assert [n for n, _ in scalars["training/loss"]] == [n for n, _ in points]
+    assert [v for _, v in scalars["training/loss"]] == pytest.approx([v for _, v in points])
+    assert {round(v, 6) for _, v in scalars["training/learning_rate"]} == {0.005}
+    assert scalars["evaluation/accuracy"][-1][1] == pytest.approx(final["metrics"]["accuracy"])
 
 
 def test_told_keras_3_it_is_refused_with_keras_3_s_reason(job_home, zoo):
@@ -162,11 +177,13 @@ from tests.integration.models import digits_split
 
 (x, y), (xt, yt) = digits_split()
 job = edl.train("k2_layers.custom_model", model_zoo=sys.argv[1], data=(x, y), workers=2,
-                epochs=6, minibatch_size=32)
+                epochs=6, minibatch_size=32, export_format="both")
 assert job.wait(timeout=300, progress=False)["state"] == "succeeded"
 model = job.model()
 layer = model.layers[1]
-accuracy = float(np.mean(model.predict(xt, verbose=0).argmax(1) == yt))
+outputs = model.predict(xt, verbose=0)
+np.save(sys.argv[2], outputs)
+accuracy = float(np.mean(outputs.argmax(1) == yt))
 print("RESULT", type(layer).__module__, type(layer).__name__, round(accuracy, 3), job.name)
 """
 
@@ -178,7 +195,7 @@ def test_a_keras_2_model_s_own_layers_come_back_in_a_keras_2_notebook(job_home, 
     zoo = tmp_path / "k2_layers.py"
     zoo.write_text(textwrap.dedent(LAYER_MODULE))
     done = subprocess.run(
-        [sys.executable, "-c", LEGACY_NOTEBOOK, str(zoo)],
+        [sys.executable, "-c", LEGACY_NOTEBOOK, str(zoo), str(tmp_path / "outputs.npy")],
         env={**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"},
         capture_output=True,
         text=True,
@@ -187,6 +204,13 @@ def test_a_keras_2_model_s_own_layers_come_back_in_a_keras_2_notebook(job_home, 
     assert done.returncode == 0, done.stderr[-3000:]
     module, name, accuracy, job_name = done.stdout.split("RESULT")[-1].split()
     assert (module, name) == ("k2_layers", "Scale") and float(accuracy) >= 0.9
-    # Here, in Keras 3, the class cannot go to tf_keras: said, with where it loads.
-    with pytest.raises(edl.NoModelYet, match="TF_USE_LEGACY_KERAS=1"):
-        edl.attach(job_name).model()
+    # Here, in Keras 3, the class cannot go to tf_keras: said, with where it loads and
+    # what serves here; the SavedModel tf_keras exported does, with the model's outputs.
+    job = edl.attach(job_name)
+    serves_here = r"TF_USE_LEGACY_KERAS=1; its SavedModel serves here.*job\.saved_model\(\)"
+    with pytest.raises(edl.NoModelYet, match=serves_here):
+        job.model()
+    _, (xt, _) = digits_split()
+    saved = job.saved_model()  # (kept while called: its functions use its variables)
+    served = saved.serve(xt.astype("float32")).numpy()
+    np.testing.assert_allclose(served, np.load(tmp_path / "outputs.npy"), rtol=1e-4, atol=1e-5)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from elasticdl_nb.keras_flavor import LEGACY
 from elasticdl_nb.runtime.job_dir import not_exported_note
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.table_def import TableDef
@@ -100,7 +101,10 @@ def save_saved_model(model, path: Path, worker_id: int) -> None:
     or not at all."""
     partial = path.with_name(f"partial-{worker_id}-{path.name}")
     shutil.rmtree(partial, ignore_errors=True)
-    model.export(str(partial), format="tf_saved_model", verbose=False)
+    if LEGACY:  # (tf_keras's export has no format: it writes a SavedModel)
+        model.export(str(partial))
+    else:
+        model.export(str(partial), format="tf_saved_model", verbose=False)
     shutil.rmtree(path, ignore_errors=True)  # (an export done again: its worker was lost)
     os.replace(partial, path)
     log.info("exported the SavedModel to %s", path)
