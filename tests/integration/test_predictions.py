@@ -1,16 +1,19 @@
 """Jobs that predict for a data set once trained (issue 38, ElasticDL's prediction jobs):
 real jobs on the local backend, their predictions read back with `job.predictions()` and
 compared with the exported model's own on the same data; a worker SIGKILLed while the job
-predicts leaves every record with exactly one prediction."""
+predicts, or the master, leaves every record with exactly one prediction."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import elasticdl_nb as edl
 from tests.integration.faults import fault_rng, pid_of, wait_for
@@ -20,6 +23,7 @@ from tests.integration.models import DIGITS, custom_model, digits_split
 # name, each call's predictions saved where the test finds them, each call slowed so a
 # worker can be killed while the job predicts.
 ZOO_MODULE = """
+import json
 import os
 import uuid
 
@@ -132,10 +136,13 @@ def test_an_allreduce_job_predicts_with_its_replicas(job_home):
     assert float(np.mean(predictions.argmax(1) == yt)) >= 0.9
 
 
-def test_a_worker_sigkilled_while_the_job_predicts_costs_no_record_its_prediction(
-    job_home, tmp_path
+@pytest.mark.parametrize("role", ["worker", "master"])
+def test_a_process_sigkilled_while_the_job_predicts_costs_no_record_its_prediction(
+    job_home, tmp_path, role
 ):
-    rng = fault_rng("predicting-worker-kill")
+    # A worker's tasks are given to the other; a master's successor replays the journal
+    # into the predicting phase and the same workers go on.
+    rng = fault_rng(f"predicting-{role}-kill")
     zoo, seen = _zoo(tmp_path, pause=0.1)
     (x, y), (xt, _) = digits_split()
     big = np.concatenate([xt] * 4)  # 1,588 records: 25 tasks of 64, ~0.1 s a minibatch
@@ -148,21 +155,33 @@ def test_a_worker_sigkilled_while_the_job_predicts_costs_no_record_its_predictio
 
     wait_for(predicting, 240, "the predicting phase")
     time.sleep(rng.uniform(0.2, 1.5))
-    victim = rng.randrange(2)
-    os.kill(pid_of(job.status(), "worker", victim), signal.SIGKILL)
-    print(f"killed worker {victim} while predicting")
+    if role == "worker":
+        victim = rng.randrange(2)
+        os.kill(pid_of(job.status(), "worker", victim), signal.SIGKILL)
+        print(f"killed worker {victim} while predicting")
+        lost = lambda kind, data: (
+            kind == "instance"
+            and (  # noqa: E731
+                (data["role"], data["id"], data["kind"]) == ("worker", victim, "killed")
+            )
+        )
+    else:
+        master = json.loads((Path(job.dir) / "master.json").read_text())["pid"]
+        os.kill(master, signal.SIGKILL)
+        print(f"killed the master (pid {master}) while predicting")
+        lost = lambda kind, data: kind == "master_restarted"  # noqa: E731
 
     assert job.wait(timeout=300)["state"] == "succeeded"
     events = list(job.events(follow=False))
     kinds = [(e.kind, e.data) for e in events]
-    killed = next(
-        i
-        for i, (kind, data) in enumerate(kinds)
-        if kind == "instance"
-        and (data["role"], data["id"], data["kind"]) == ("worker", victim, "killed")
-    )
+    killed = next(i for i, (kind, data) in enumerate(kinds) if lost(kind, data))
     done = next(i for i, (kind, _) in enumerate(kinds) if kind == "predictions")
-    assert killed < done, "the worker was killed after the job had predicted"
+    assert killed < done, f"the {role} was killed after the job had predicted"
+    if role == "master":
+        restarted = kinds[killed][1]
+        assert restarted["incarnation"] == 1
+        phases = [d["phase"] for k, d in kinds[killed:] if k == "phase"]
+        assert phases[:1] != ["training"], "the new master went back to training"
     # Every record has exactly one prediction, the exported model's.
     predictions = job.predictions()
     assert predictions.shape == (len(big), 10)
