@@ -159,17 +159,18 @@ def test_a_process_sigkilled_while_the_job_predicts_costs_no_record_its_predicti
         victim = rng.randrange(2)
         os.kill(pid_of(job.status(), "worker", victim), signal.SIGKILL)
         print(f"killed worker {victim} while predicting")
-        lost = lambda kind, data: (
-            kind == "instance"
-            and (  # noqa: E731
-                (data["role"], data["id"], data["kind"]) == ("worker", victim, "killed")
-            )
-        )
+
+        def lost(kind, data) -> bool:
+            ended = (data.get("role"), data.get("id"), data.get("kind"))
+            return kind == "instance" and ended == ("worker", victim, "killed")
+
     else:
         master = json.loads((Path(job.dir) / "master.json").read_text())["pid"]
         os.kill(master, signal.SIGKILL)
         print(f"killed the master (pid {master}) while predicting")
-        lost = lambda kind, data: kind == "master_restarted"  # noqa: E731
+
+        def lost(kind, data) -> bool:
+            return kind == "master_restarted"
 
     assert job.wait(timeout=300)["state"] == "succeeded"
     events = list(job.events(follow=False))
