@@ -357,13 +357,17 @@ class GroupData(TypedDict, total=False):
 
 
 class MasterRestartedData(TypedDict, total=False):
-    """A new master took the job over from one that died: it read back `replayed`
-    events in `rebuild_s`, `down_s` after the last event of the one that died; `adopted`
-    instances went on in their processes."""
+    """A new master took the job over from one that died, whose journal had `continued`
+    events: it started from the snapshot of the state after event `snapshot` - 1 (0:
+    none, from the start) and replayed the `replayed` events after it, in `rebuild_s`,
+    `down_s` after the last event of the one that died; `adopted` instances went on in
+    their processes."""
 
     incarnation: Required[int]
     pid: int
     replayed: int
+    snapshot: int
+    continued: int
     rebuild_s: float
     down_s: float
     adopted: int

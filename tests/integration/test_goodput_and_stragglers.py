@@ -179,7 +179,7 @@ def test_a_new_master_reports_the_goodput_the_journal_gives_with_its_downtime(jo
 
     events = list(read_journal_file(Path(job.dir) / "events.jsonl"))
     [restarted] = [e for e in events if e.kind == "master_restarted"]
-    down = restarted.time - events[restarted.data["replayed"] - 1].time
+    down = restarted.time - events[restarted.data["continued"] - 1].time
     print(f"master down {down:.1f} s: goodput {final['goodput']} ({final['recovering_s']} "
           f"of {final['training_s'] + final['recovering_s']} worker-s recovering)")  # fmt: skip
     assert final["recovering_s"] == pytest.approx(2 * down, abs=0.1)  # both slots

@@ -59,6 +59,28 @@ class GroupCoordinator:
         self.formed: dict[int, str] = {}
         self._restore = ""
 
+    def held(self) -> threading.Condition:
+        """Its lock: held, the group changes not (a master's snapshot holds it)."""
+        return self._changed
+
+    def snapshot_state(self) -> dict:
+        """What `replay` sets (a master's snapshot: runtime/master/snapshot.py)."""
+        with self._changed:
+            return {
+                "membership": self._membership.snapshot_state(),
+                "journaled": set(self._journaled),
+                "formed": dict(self.formed),
+                "restore": self._restore,
+                "formed_once": self._first_join is not None,
+            }
+
+    def restore_state(self, state: dict) -> None:
+        with self._changed:
+            self._membership.restore_state(state["membership"])
+            self._journaled, self.formed = state["journaled"], state["formed"]
+            self._restore = state["restore"]
+            self._first_join = time.monotonic() if state["formed_once"] else None
+
     # ------------------------------------------------------------------ joining
 
     def join(self, worker: int, address: str, timeout: float) -> Group:

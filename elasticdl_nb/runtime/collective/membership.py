@@ -47,6 +47,9 @@ class Recovery:
 
 
 class Membership:
+    # What `replay` sets: a snapshot of it (runtime/master/snapshot.py) holds only that.
+    _REPLAYED = ("groups", "version", "_dead", "_decided", "_switched")
+
     def __init__(self) -> None:
         self.groups: dict[int, Group] = {0: Group(0, ())}
         self.version = 0
@@ -56,6 +59,13 @@ class Membership:
         self._reports: dict[int, dict[int, Report]] = {}  # version -> worker -> report
         self._decided: dict[int, Recovery] = {}  # version -> what its survivors do
         self._switched: set[int] = set()  # versions made by a join or leave (propose)
+
+    def snapshot_state(self) -> dict:
+        return {name: getattr(self, name) for name in self._REPLAYED}
+
+    def restore_state(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @property
     def current(self) -> Group:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from contextlib import AbstractContextManager
 
 from elasticdl_nb.runtime.collective import checkpoints
 from elasticdl_nb.runtime.collective.coordinator import GroupCoordinator
@@ -75,6 +76,22 @@ class AllreduceGroup:
         # Survivors' accounts of minibatches they applied and had not reported yet.
         self._unreported: list[pb.StepMinibatch] = []
         self._recovered: set[int] = set()  # decisions carried out, by the version they made
+
+    def held_still(self) -> AbstractContextManager:
+        return self.coordinator.held()
+
+    def snapshot_state(self) -> dict:
+        """What `replay` sets (a master's snapshot: snapshot.py): the group's versions and
+        decisions, and the dead members not recovered from yet."""
+        return {
+            "coordinator": self.coordinator.snapshot_state(),
+            "deferred": sorted(self._deferred),
+        }
+
+    def restore_state(self, state: dict) -> None:
+        self.coordinator.restore_state(state["coordinator"])
+        now = time.monotonic()  # (as `replay` has them: dead as of the takeover)
+        self._deferred = dict.fromkeys(state["deferred"], now)
 
     # ------------------------------------------------------------------ RPCs
 

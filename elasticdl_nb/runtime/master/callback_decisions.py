@@ -20,7 +20,6 @@ from elasticdl_nb.runtime.master.callbacks import (
     JobCallbacks,
     callbacks_for,
 )
-from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind
 
 if TYPE_CHECKING:
@@ -31,19 +30,21 @@ class CallbackDecisions:
     """The job's callbacks (`callbacks`, None when the model has none) and what they
     decided. Guarded by the job's lock."""
 
+    # `calls`: every journaled call of the callbacks, which a new master makes again.
+    STATE = ("learning_rate", "learning_rate_set", "stop_reason", "calls")
+
     def __init__(self, job: JobMaster, bundle: Path, load_contract: Callable[[], object]):
         self._job = job
         # (loaded on `callbacks.start()`; every call but the per-step one is journaled)
-        self.callbacks = callbacks_for(
-            bundle,
-            load_contract,
-            lambda hook, args, logs: job.journal.append(
-                EventKind.CALLBACK, hook=hook, args=args, logs=logs
-            ),
-        )
+        self.callbacks = callbacks_for(bundle, load_contract, self._journal_call)
+        self.calls: list[tuple[str, list, dict]] = []  # (hook, args, logs) as journaled
         self.learning_rate = 0.0  # set by a callback (0: the optimizer's own)
         self.learning_rate_set = 0  # how many times one was set
         self.stop_reason = ""  # why a callback stopped training ("" = it did not)
+
+    def _journal_call(self, hook: str, args: list, logs: dict) -> None:
+        self._job.journal.append(EventKind.CALLBACK, hook=hook, args=args, logs=logs)
+        self.calls.append((hook, args, logs))
 
     def call(self, call: Callable[[JobCallbacks], Decisions]) -> None:
         """Call the callbacks (`call(callbacks)` -> Decisions) and act on what they
@@ -98,15 +99,12 @@ class CallbackDecisions:
             self.learning_rate, self.learning_rate_set = data["rate"], data["set"]
         elif kind == EventKind.TRAINING_STOPPED:
             self.stop_reason = data["reason"]
+        elif kind == EventKind.CALLBACK:
+            self.calls.append((data["hook"], data["args"], data["logs"]))
 
-    def replay_calls(self, events: list[Event]) -> None:
-        """After `replay`: call the new callbacks as the journal says the earlier ones
-        were called, so that their state is what it was (what they decided is not
-        decided again)."""
+    def replay_calls(self) -> None:
+        """After `replay` (and a snapshot's `calls`): call the new callbacks as the
+        journal says the earlier ones were called, so that their state is what it was
+        (what they decided is not decided again)."""
         if self.callbacks:
-            calls = [
-                (e.data["hook"], e.data["args"], e.data["logs"])
-                for e in events
-                if e.kind == EventKind.CALLBACK
-            ]
-            self.callbacks.replay(calls, bool(self.stop_reason), self.learning_rate)
+            self.callbacks.replay(self.calls, bool(self.stop_reason), self.learning_rate)

@@ -48,6 +48,8 @@ class Evaluations:
     """The job's evaluation rounds in progress and the newest metrics. Guarded by the
     master's lock (`job.lock`); publishing runs on the evaluator thread."""
 
+    STATE = ("rounds", "_counter", "final_started", "last_metrics")
+
     def __init__(self, job: JobControl, load_contract: Callable[[], object]):
         self._job = job
         self._load_contract = load_contract  # lazy: the master imports TF only to evaluate
@@ -59,6 +61,14 @@ class Evaluations:
         # Called on the evaluator thread with (metrics, the epoch whose end waited for
         # the round or None), under the lock, in the transaction that journals them.
         self.on_published: Callable[[dict, int | None], None] | None = None
+
+    def restore_state(self, state: dict) -> None:
+        """A snapshot's rounds (snapshot.py): one that was being published is this
+        master's to publish (its metrics were not journaled before the snapshot)."""
+        for name, value in state.items():
+            setattr(self, name, value)
+        for eval_round in self.rounds.values():
+            eval_round.publishing = False
 
     @property
     def open(self) -> bool:

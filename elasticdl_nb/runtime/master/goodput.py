@@ -72,6 +72,13 @@ class JournalFold:
         self._journal = journal
         self._next_seq = 0
 
+    def snapshot_state(self) -> dict:
+        """What it folded so far (a master's snapshot: snapshot.py)."""
+        return {name: value for name, value in vars(self).items() if name != "_journal"}
+
+    def restore_state(self, state: dict) -> None:
+        vars(self).update(state)
+
     def catch_up(self) -> None:
         for event in self._journal.read(self._next_seq, follow=False):
             self._next_seq = event.seq + 1
@@ -106,7 +113,7 @@ class Goodput(JournalFold):
         # One worker slot's recovery: its start, keyed by the worker that is to fill the
         # slot (the one that ended, then its replacement); refused relaunches by -1, -2...
         self._slots_open: dict[int, float] = {}
-        self._refused = itertools.count(-1, -1)
+        self._refused = 0  # how many, keyed -1, -2, ...
         self._lost_ps: dict[int, list] = {}  # PS id -> [lost at, ready again]
         self._slots: list[tuple[float, float]] = []  # closed recoveries of one slot
         self._every_slot: list[tuple[float, float]] = []  # of every slot
@@ -140,9 +147,11 @@ class Goodput(JournalFold):
         elif kind == EventKind.RELAUNCH_REFUSED and d["role"] == Role.WORKER:
             since = self._slots_open.pop(d["id"], None)
             if since is not None:
-                self._slots_open[next(self._refused)] = since
+                self._refused += 1
+                self._slots_open[-self._refused] = since
         elif kind == EventKind.MASTER_RESTARTED:
-            self._every_slot.append((self._last_time_before(d["replayed"], t, d), t))
+            continued = d.get("continued", d["replayed"])  # (the journal it took over)
+            self._every_slot.append((self._last_time_before(continued, t, d), t))
         elif kind == EventKind.GROUP_SETTLED and d["cause"] == GroupChange.FAILURE:
             done = float(d.get("completed_at") or t)
             self._every_slot.append((done - float(d["seconds"]), done))

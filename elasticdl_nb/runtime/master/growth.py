@@ -39,6 +39,8 @@ class ThroughputGrowth:
     look again through `converge()`; `bounds()` is the range (MIN, MAX) as the last
     `scale` left it (MIN 0: a fixed count, no policy)."""
 
+    STATE = ("rates", "asked", "holding", "reason")  # (a master's snapshot: snapshot.py)
+
     def __init__(
         self,
         journal_append: Callable[..., None],

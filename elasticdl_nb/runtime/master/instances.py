@@ -88,6 +88,12 @@ class InstanceManager:
     long) run on their own threads and take the lock too.
     """
 
+    # What a snapshot holds (snapshot.py): what `replay` sets, from `snapshot_state`.
+    STATE = (
+        "desired_workers", "min_workers", "shutting_down", "counts", "instances",
+        "_next_worker_id",
+    )  # fmt: skip
+
     def __init__(
         self,
         launcher_for: LauncherFor,

@@ -69,6 +69,9 @@ class JobMaster:
       `wake`, `work_changed`).
     """
 
+    # What a snapshot holds of the job itself (snapshot.py; `restore_state`).
+    STATE = ("state", "error", "epoch", "started", "ended", "restarts")
+
     def __init__(
         self,
         spec: JobSpec,
@@ -100,6 +103,7 @@ class JobMaster:
         self.saved_model_path = str(files.saved_model) if export != "keras" else ""
         self.finished = threading.Event()
         self.incarnation = 0  # how many masters of this job died before this one
+        self.restarts = 0  # how many took it over so far (`master_restarted` events)
         self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.desk = TaskDesk(self)  # GetTask and ReportProgress
         self.silence = WorkerSilence()  # when each worker last spoke (TaskDesk says)
@@ -124,6 +128,13 @@ class JobMaster:
                 samples=lambda: self.step * spec.minibatch_size,
                 converge=self.instances.converge,
             )
+
+    def restore_state(self, state: dict) -> None:
+        """A snapshot's state of the job (snapshot.py), as replaying it would set it."""
+        for name, value in state.items():
+            setattr(self, name, value)
+        if self.state in MASTER_END_STATES:
+            self.finished.set()
 
     def _instance_manager(self, launcher_for: LauncherFor) -> InstanceManager:
         """The job's instances under the elastic policy, guarded by the job's lock; a

@@ -45,6 +45,8 @@ class Phases:
     """The job's current phase and every move so far. Not thread-safe on its own: the
     master calls it under its lock."""
 
+    STATE = ("current", "history")  # (what a master's snapshot holds: snapshot.py)
+
     def __init__(self, journal_append: Callable[..., object], start: Phase = Phase.TRAINING):
         self._append = journal_append
         self.current = start

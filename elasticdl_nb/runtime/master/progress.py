@@ -14,6 +14,8 @@ WINDOW_SECONDS = 10.0
 class Progress:
     """Guarded by the master's lock, like the queue it reads."""
 
+    STATE = ("loss_points",)  # (the window is this process's: a new master starts it empty)
+
     def __init__(self, queue: TaskQueue, epochs: int, minibatch_size: int):
         self._queue, self._epochs, self._batch = queue, epochs, minibatch_size
         self.records_per_epoch = sum(s.num_records for s in queue.train)

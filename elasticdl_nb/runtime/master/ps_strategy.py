@@ -15,10 +15,12 @@ address for it (`ps_lost`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import grpc
 
@@ -42,6 +44,8 @@ class PsStrategy:
     stops_unwanted_on_report = True
     holds_below_floor = True
     gives_up_on_silent_workers = True
+
+    STATE = ("addresses", "_incarnations", "_seen_version", "_up")  # (snapshot.py)
 
     def __init__(
         self,
@@ -230,6 +234,9 @@ class PsStrategy:
 
     def status_fields(self) -> dict:
         return {}
+
+    def held_still(self) -> AbstractContextManager:
+        return contextlib.nullcontext()  # (its state is guarded by the job's lock)
 
     def replay(self, kind: str, data: dict) -> None:
         if kind == EventKind.INSTANCE and data["role"] == Role.PS:

@@ -21,6 +21,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from elasticdl_nb.runtime.master import snapshot as snapshots
 from elasticdl_nb.runtime.master.journal import Event
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState
 
@@ -30,18 +31,25 @@ if TYPE_CHECKING:
 log = logging.getLogger("elasticdl_nb.master")
 
 
-def rebuild(master: JobMaster, events: list[Event]) -> None:
-    """Set `master` (new, nothing started) to where its job's journal `events` left it."""
+def rebuild(master: JobMaster, events: list[Event], snapshot: bytes | None = None) -> None:
+    """Set `master` (new, nothing started) to where its job's journal `events` left it:
+    from the start, or from a `snapshot` of an earlier master (`snapshot.py`) and the
+    events after it."""
     started = time.monotonic()
+    continued = events[-1].seq + 1 if events else 0
     with master.lock:
+        after = snapshots.restore(master, snapshot) if snapshot is not None else 0
+        events = [e for e in events if e.seq >= after]
         for event in events:
             _replay(master, event)
-        master.incarnation = 1 + sum(e.kind == EventKind.MASTER_RESTARTED for e in events)
-        master.decisions.replay_calls(events)
+        master.incarnation = 1 + master.restarts  # (each one before journaled its own)
+        master.decisions.replay_calls()
     master.rebuilt = {
         "incarnation": master.incarnation,
         "pid": os.getpid(),
         "replayed": len(events),
+        "snapshot": after,  # the seq the snapshot stood for (0: none)
+        "continued": continued,  # the journal's length it took over
         "rebuild_s": round(time.monotonic() - started, 6),
         "down_s": round(time.time() - events[-1].time, 3) if events else 0.0,
     }
@@ -53,7 +61,9 @@ def resume(master: JobMaster) -> None:
     there, start those it meant to run, and journal that this master took over."""
     adopted = master.instances.resume()
     master.strategy.resumed()
-    master.journal.append(EventKind.MASTER_RESTARTED, **master.rebuilt, adopted=adopted)
+    with master.lock:
+        master.journal.append(EventKind.MASTER_RESTARTED, **master.rebuilt, adopted=adopted)
+        master.restarts += 1
     master.wake()
 
 
@@ -67,6 +77,8 @@ def _replay(master: JobMaster, event: Event) -> None:
         master.epoch = data["epoch"]
     elif kind == EventKind.PHASE:
         master.phases.replay(data)
+    elif kind == EventKind.MASTER_RESTARTED:
+        master.restarts += 1
     elif kind == EventKind.LOSS and data["points"]:
         master.progress.loss_points = data["points"][-1][0]
     master.decisions.replay(kind, data)

@@ -20,6 +20,7 @@ strategy's own RPCs (PS: `ps_ready`; allreduce: `join`, `get`, `report_lost`) di
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -122,6 +123,12 @@ class TrainingStrategy(Protocol):
 
     def status_fields(self) -> dict:
         """What the strategy adds to the job's status."""
+        ...
+
+    def held_still(self) -> AbstractContextManager:
+        """While held (with the job's lock), the strategy's state does not change: what a
+        master's snapshot takes (snapshot.py). Its own lock, if it has one besides the
+        job's."""
         ...
 
     def replay(self, kind: str, data: dict) -> None:

@@ -31,6 +31,9 @@ class TaskDesk:
     """Guarded by the job's lock, like the queue and the state it reads. `work`, on that
     lock, is notified whenever tasks may be there for a waiting GetTask."""
 
+    # (a GetTask waiting now is this process's: its asker calls the new master again)
+    STATE = ("_task_given", "_reports_counted")
+
     def __init__(self, job: JobMaster):
         self._job = job
         self.work = threading.Condition(job.lock)

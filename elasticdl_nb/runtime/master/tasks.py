@@ -101,6 +101,8 @@ class TaskQueue:
     """Training, evaluation and prediction tasks, what each worker is doing, and what is
     done."""
 
+    STATE = ("todo", "doing", "done", "done_count", "_next_id", "training_stopped")
+
     def __init__(
         self,
         train: list[SourceInfo],
