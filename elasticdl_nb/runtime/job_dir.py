@@ -8,7 +8,10 @@ shares. Its layout is written here and nowhere else:
                                          and its supervisor's pid (a local job)
     data/         notebook arrays staged for the job
     state.json    the final state, written by the master when the job ends
-    events.jsonl  the event journal      logs/         one log per process
+    events.jsonl  the event journal (since its newest compaction)
+    events-history.jsonl  what the journal kept of the events before it
+    master.snapshot  the master's state the compaction stood for (master/snapshot.py)
+    logs/         one log per process
     checkpoints/  PS checkpoints         model.keras   the exported model
                                          model.not-exported  why it is not (tables too
                                          large for one file)
@@ -88,6 +91,14 @@ class JobDir:
     @property
     def events(self) -> Path:
         return self.path / "events.jsonl"
+
+    @property
+    def events_history(self) -> Path:
+        return self.path / "events-history.jsonl"
+
+    @property
+    def master_snapshot(self) -> Path:
+        return self.path / "master.snapshot"
 
     @property
     def logs(self) -> Path:

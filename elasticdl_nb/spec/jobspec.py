@@ -217,6 +217,14 @@ class JobSpec:
         "it goes on with fewer workers; a PS that long pending fails the job.",
         minimum=1,
     )
+    journal_compact_every: int = _opt(
+        20_000,
+        "Compact the job's journal every N events: the master's state is saved as a "
+        "snapshot that a master taking the job over starts from, and of the events before "
+        "it the journal keeps a thinned sample of the frequent kinds and the rest whole "
+        "(docs/events.md). 0 = never (the journal and a takeover grow with the job).",
+        minimum=0,
+    )
     # Security.
     tls: bool = _opt(
         False,

@@ -406,6 +406,21 @@ class GroupSettledData(TypedDict, total=False):
     worker: int
 
 
+class JournalCompactedData(TypedDict, total=False):
+    """The events before `before` were compacted (runtime/master/compaction.py): the
+    master's snapshot stands for them, and the journal keeps of them every event of a
+    kind kept whole, a thinned kind's thinned (`thinned`: how many of those it holds,
+    at most `thin_cap` each, evenly spread), none of a dropped kind (`dropped`: how many
+    went, in all); `kept` events are left before `before`, in `seconds` of work."""
+
+    before: Required[int]
+    kept: int
+    dropped: int
+    thinned: dict
+    thin_cap: int
+    seconds: float
+
+
 class PeerUnreachableData(TypedDict, total=False):
     """`by` ("worker 3", "master") could not reach `peer` ("ps-0") for `seconds` (the
     longest of `times` spells since it last said so): its calls failed or went unanswered
@@ -469,6 +484,7 @@ class EventKind(StrEnum):
     EVALUATION_TASK = "evaluation_task", EvaluationTaskData
     GROUP_SETTLED = "group_settled", GroupSettledData
     PEER_UNREACHABLE = "peer_unreachable", PeerUnreachableData
+    JOURNAL_COMPACTED = "journal_compacted", JournalCompactedData
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -487,6 +503,17 @@ class EventKind(StrEnum):
 
 # The kinds whose data may hold fields beyond their payload's (each queue op its own).
 OPEN_KINDS = frozenset({EventKind.QUEUE})
+
+# What the journal keeps of the events a master's snapshot stands for (compaction.py):
+# none of the kinds whose facts the snapshot holds; a thinned sample of the kinds a
+# job writes all the time (evenly spread: THIN_CAP of each at most); the rest whole
+# (their number grows with the job's epochs, evaluations and faults, not its hours).
+DROPPED_KINDS = frozenset({EventKind.QUEUE, EventKind.EVALUATION_TASK})
+THINNED_KINDS = frozenset(
+    {EventKind.LOSS, EventKind.PROGRESS, EventKind.WORKER_TIME, EventKind.CHECKPOINT,
+     EventKind.TABLES}
+)  # fmt: skip
+THIN_CAP = 4096
 
 
 # -------------------------------------------------------------------- the event
@@ -580,8 +607,9 @@ def _type_name(hint: Any) -> str:
 
 def event_table() -> str:
     """docs/events.md's table of event kinds, in Markdown: each kind, its fields with
-    their types (the ones always there in bold) and what it means."""
-    rows = ["| kind | data | meaning |", "|---|---|---|"]
+    their types (the ones always there in bold), what it means, and what the journal
+    keeps of it once compacted (`kept`: whole, thinned, dropped)."""
+    rows = ["| kind | data | meaning | kept |", "|---|---|---|---|"]
     for kind in EventKind:
         always = [name for name in kind.fields if name in kind.required]
         named = [f"**`{name}`**" for name in always]
@@ -590,5 +618,8 @@ def event_table() -> str:
             f"{name} {_type_name(hint)}"
             for name, hint in zip(named, [kind.fields[n.strip("*`")] for n in named])
         )
-        rows.append(f"| `{kind}` | {fields} | {kind.meaning} |")
+        kept = (
+            "dropped" if kind in DROPPED_KINDS else "thinned" if kind in THINNED_KINDS else "whole"
+        )
+        rows.append(f"| `{kind}` | {fields} | {kind.meaning} | {kept} |")
     return "\n".join(rows)

@@ -40,15 +40,23 @@ def started_master(
     ps: int = 1,
     records: int = 40,
     validation_records: int = 20,
+    journal: Journal | None = None,
     **options,
 ) -> JobMaster:
     """A master whose instances have all started (minibatches of 10, one per task), built
     by the master process's own factory. Its coordinator is not running: a test takes
     its steps (`start_epoch`, `start_evaluation`) itself, or runs `master.run`. `options`
-    are more JobSpec options (`strategy`, `epochs`, ...)."""
+    are more JobSpec options (`strategy`, `epochs`, ...); `journal`: in memory if None."""
     launcher = RecordingLauncher()
     master = built_master(
-        job_dir, launcher, Journal(), workers, ps, records, validation_records, **options
+        job_dir,
+        launcher,
+        journal if journal is not None else Journal(),  # (an empty one is falsy)
+        workers,
+        ps,
+        records,
+        validation_records,
+        **options,
     )
     master.start_instances()
     for role, instance in launcher.launched:

@@ -85,11 +85,11 @@ def report(master, worker, task, seq, starts, done=False, states=None):
     return master.report(r)
 
 
-def a_job_with_some_history(tmp_path):
+def a_job_with_some_history(tmp_path, journal: Journal | None = None):
     """A master after: PS ready, an epoch begun, tasks given and partly reported, an
     evaluation round half done, a worker killed and replaced, a scale-up, the PS
-    restored from a checkpoint."""
-    master = started_master(tmp_path, **OPTIONS)
+    restored from a checkpoint (its journal `journal`, else one in memory)."""
+    master = started_master(tmp_path, journal=journal, **OPTIONS)
     ps = master.strategy
     ps.ps_ready(0, -1, "127.0.0.1:5000", incarnation=1)
     with master.lock:
