@@ -128,3 +128,47 @@ def test_the_master_killed_three_times_the_job_goes_on_and_applies_every_record_
     else:
         assert replica_problems(job.dir, [len(x)], BATCH, epochs) == []
     assert job_processes(job_home) == []
+
+
+def test_a_master_killed_after_its_journal_was_compacted_takes_over_from_its_snapshot(job_home):
+    # Compacted every 150 events (about 40 steps here): each new master restores the
+    # newest snapshot and replays only the events after it; every record still counts
+    # once, and the journal read back is every kept event, in order.
+    rng = fault_rng("master-kill-compacted")
+    epochs = 6
+    job, (x, _), (xt, yt) = digits_job(
+        workers=2, epochs=epochs, loss=paced_loss, checkpoint_steps=40, journal_compact_every=150
+    )
+    seen: list[int] = []
+    follower = follow_events(job, seen)
+    steps = epochs * (1400 // BATCH)
+    for step in sorted(rng.sample(range(steps // 3, 3 * steps // 4), 2)):
+        wait_for_step(job, step)
+        old = _master(job)["pid"]
+        os.kill(old, signal.SIGKILL)
+        print(f"killed master pid {old} at step >= {step}")
+        wait_for(lambda old=old: _master(job)["pid"] != old, 60, "a new master")
+        wait_for(lambda: job.status().get("state") == "running", 60, "the new master to serve")
+
+    final = job.wait(timeout=600)
+    assert final["state"] == "succeeded", final.get("error")
+    assert ledger_problems(job.dir, 1, [len(x)], epochs) == []
+    assert final["metrics"]["accuracy"] >= 0.90
+    assert accuracy(job.model(), xt, yt) >= 0.90
+    follower.join(30)
+    events = list(job.events(follow=False))
+    seqs = [e.seq for e in events]
+    assert seqs == sorted(set(seqs)), "the journal read back repeats or reorders events"
+    assert set(seqs) <= set(seen) and seen == sorted(set(seen))
+    cuts = [e.data for e in events if e.kind == "journal_compacted"]
+    assert len(cuts) >= 3, cuts
+    restarts = [e.data for e in events if e.kind == "master_restarted"]
+    print("restarts:", [{k: r[k] for k in ("snapshot", "replayed", "rebuild_s")} for r in restarts])
+    assert len(restarts) == 2
+    for restart in restarts:  # from a snapshot, replaying what came after it only
+        assert restart["snapshot"] > 0 and restart["replayed"] < 150 + 100
+    # What is on file before the newest cut: no dropped kind, every epoch whole.
+    last_cut = cuts[-1]["before"]
+    assert not [e for e in events if e.seq < last_cut and e.kind in ("queue", "evaluation_task")]
+    assert [e.data["epoch"] for e in events if e.kind == "epoch"] == list(range(epochs))
+    assert job_processes(job_home) == []
