@@ -39,6 +39,7 @@ NOT_COMPARED = {
     ("job", "export_path"),
     ("job", "saved_model_path"),
     ("job", "rebuilt"),
+    ("queue", "_wholes"),  # a cache of what the sources say, filled as it is asked
     ("strategy", "_deferred"),  # when each dead member died: this process's clock
     ("strategy", "coordinator"),  # (compared through its snapshot_state)
     ("goodput", "_journal"),

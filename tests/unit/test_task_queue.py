@@ -92,3 +92,27 @@ def test_checking_epochs_that_are_settled_and_held_whole_changes_and_journals_no
     del held[(1, 0)]
     assert q.hold_only(held, 2, "rolled back") == [(1, 0, list(range(0, 100, 10)))]
     assert [r["op"] for r in records[before:]] == ["settle"]
+
+
+def _train_epoch(queue, epoch):
+    queue.add_epoch(epoch)
+    while (task := queue.next_for(1)) is not None:
+        queue.report(task.task_id, list(range(task.start, task.end, queue.batch)))
+        queue.finish(task.task_id)
+
+
+def test_whole_epochs_share_one_done_set_per_source_and_a_requeue_copies_it():
+    # A job of many epochs keeps one set per source for its whole epochs, not one each
+    # (issue 39: the master's state, and its snapshot, do not grow with the epochs).
+    queue = _queue()
+    for epoch in range(3):
+        _train_epoch(queue, epoch)
+    assert queue.done[(0, 0)] is queue.done[(2, 0)] and queue.done[(0, 1)] is queue.done[(1, 1)]
+    assert queue.done_count == 3 * (10 + 3)
+    # Work of epoch 1 lost (a PS rolled back): queued again, epochs 0 and 2 untouched.
+    queue.requeue_batches(1, 0, [20, 30], "rolled back")
+    assert sorted(queue.done[(1, 0)]) == [0, 10, 40, 50, 60, 70, 80, 90]
+    assert len(queue.done[(0, 0)]) == len(queue.done[(2, 0)]) == 10
+    redo = queue.next_for(1)
+    queue.report(redo.task_id, [20, 30])
+    assert queue.done[(1, 0)] is queue.done[(0, 0)] and queue.done_count == 39

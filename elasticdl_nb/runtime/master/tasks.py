@@ -119,7 +119,11 @@ class TaskQueue:
         self.shuffle, self.seed = shuffle, seed
         self.todo: deque[Task] = deque()
         self.doing: dict[int, Assignment] = {}  # task_id -> assignment
-        self.done: dict[tuple[int, int], set[int]] = {}  # (epoch, source) -> batch starts
+        # (epoch, source) -> batch starts done; a whole epoch's is its source's one shared
+        # frozenset (`_whole`), so a job of many epochs keeps one set per source, not one
+        # per epoch (and a snapshot pickles it once).
+        self.done: dict[tuple[int, int], set[int] | frozenset[int]] = {}
+        self._wholes: dict[int, frozenset[int]] = {}
         self.done_count = 0  # minibatches in `done`, all epochs: the job's step
         self._next_id = 0
         self.record: Callable[[dict], None] | None = None  # (see the module docstring)
@@ -217,7 +221,7 @@ class TaskQueue:
                         epoch=epoch,
                     )
                 )
-        done = self.done.setdefault((epoch, source), set())
+        done = self._mutable_done(epoch, source)
         self.done_count -= len(done.intersection(starts))
         done.difference_update(starts)
         self.todo.extendleft(reversed(tasks))
@@ -261,7 +265,9 @@ class TaskQueue:
             return []
         done = self.done[(task.epoch, task.source)]
         fresh = sorted(set(starts) - done)  # (one report may name a minibatch twice)
-        done.update(fresh)
+        if fresh:
+            self._mutable_done(task.epoch, task.source).update(fresh)
+            self._share_if_whole(task.epoch, task.source)
         self.done_count += len(fresh)
         assignment.done_starts.update(starts)
         return fresh
@@ -313,13 +319,13 @@ class TaskQueue:
                 del self.doing[task_id]
         queued = 0
         for epoch in range(last_epoch + 1):
-            for source, src in enumerate(self.train):
-                expected = set(batch_starts(0, src.num_records, self.batch))
+            for source in range(len(self.train)):
+                expected = self._whole(source)
                 done = self.done.setdefault((epoch, source), set())
                 keep = expected & have.get((epoch, source), set())
                 self.done_count += len(keep) - len(done)
-                done.clear()
-                done.update(keep)
+                self.done[(epoch, source)] = set(keep)
+                self._share_if_whole(epoch, source)
                 missing = sorted(expected - keep)
                 if missing:
                     self.requeue_batches(epoch, source, missing, "every replica lost")
@@ -357,15 +363,35 @@ class TaskQueue:
         minibatches held but never reported count as done, and the ones not held (lost
         in a rollback, or never applied) are queued again. Returns those."""
         held = set(held)  # (a replayed call gives a list)
-        expected = set(batch_starts(0, self.train[source].num_records, self.batch))
-        done = self.done.setdefault((epoch, source), set())
+        expected = self._whole(source)
+        done = self._mutable_done(epoch, source)
         settled = expected & held
         self.done_count += len(settled - done)
         done.update(settled)
+        self._share_if_whole(epoch, source)
         missing = [] if self.training_stopped else sorted(expected - held)
         if missing:
             self.requeue_batches(epoch, source, missing, "not on every PS")
         return missing
+
+    def _whole(self, source: int) -> frozenset[int]:
+        """Every minibatch start of training source `source`."""
+        whole = self._wholes.get(source)
+        if whole is None:
+            starts = batch_starts(0, self.train[source].num_records, self.batch)
+            whole = self._wholes[source] = frozenset(starts)
+        return whole
+
+    def _mutable_done(self, epoch: int, source: int) -> set[int]:
+        """The done set of (epoch, source), to be changed (a shared whole one is copied)."""
+        done = self.done.setdefault((epoch, source), set())
+        if isinstance(done, frozenset):
+            done = self.done[(epoch, source)] = set(done)
+        return done
+
+    def _share_if_whole(self, epoch: int, source: int) -> None:
+        if len(self.done[(epoch, source)]) == len(self._whole(source)):
+            self.done[(epoch, source)] = self._whole(source)
 
     def pending(self, kind: int) -> bool:
         return any(t.kind == kind for t in self.todo) or any(
