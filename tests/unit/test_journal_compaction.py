@@ -137,3 +137,24 @@ def test_a_compacted_journal_without_its_snapshot_is_not_taken_over(tmp_path):
     new = built_master(tmp_path, RecordingLauncher(), Journal(files.events), **OPTIONS)
     with pytest.raises(RuntimeError, match="compacted before event .* cannot be taken over"):
         _take_over(new, files, new.journal)
+
+
+def test_a_master_killed_between_the_history_and_the_tail_leaves_a_readable_journal(tmp_path):
+    # The cut writes the new history, then the new tail: killed in between, the old tail
+    # (every event since the cut before) sits beside the new history. Readers and a new
+    # master see every event once, in order.
+    path = JobDir(tmp_path).events
+    journal = _journal_with(path, [EventKind.EPOCH, EventKind.QUEUE] * 10)
+    journal.cut(6, compaction.kept(list(journal.read(0, follow=False))[:6])[0], {"before": 6})
+    journal.append(EventKind.PHASE, phase="evaluating")
+    journal.close()
+    old_tail = path.read_text()
+    everything = [e.seq for e in read_journal_file(path)]
+    # The next cut, at 14: its history is written, its tail is not.
+    history = [e for e in read_journal_file(path) if e.seq < 14 and e.kind != EventKind.QUEUE]
+    JobDir(tmp_path).events_history.write_text("".join(e.to_json() + "\n" for e in history))
+    assert path.read_text() == old_tail
+    assert [e.seq for e in read_journal_file(path)] == everything
+    again = Journal(path)
+    assert again.first == 6 and [e.seq for e in again.read(0, follow=False)] == everything
+    again.close()
