@@ -19,7 +19,7 @@ ours      journal_compact_every=20,000 (the default): the master compacts as it 
 baseline  journal_compact_every=0: every event kept, which every job did before issue 39.
 
 After N events, in a fresh process each (TensorFlow never imported): a new master takes
-the job over (`serve._take_over`: open the journal, restore the snapshot, replay what
+the job over (`recovery.take_over`: open the journal, restore the snapshot, replay what
 follows it; the time until it could serve), and a client folds the journal as `attach`,
 the dashboard and the sidebar do (`read_journal_file` into a `JobView`). The baseline
 runs to N/10 events (its journal in memory grows with every event) and its figures at N
@@ -159,19 +159,19 @@ def generate(job_dir: Path, events: int, compact_every: int) -> dict:
     }
 
 
-def take_over(job_dir: Path, compact_every: int) -> dict:
+def measure_takeover(job_dir: Path, compact_every: int) -> dict:
     """In this (fresh) process: a new master takes the job over; then a client folds the
     journal. Seconds of each."""
     from elasticdl_nb.runtime.job_dir import JobDir
     from elasticdl_nb.runtime.master.journal import Journal, read_journal_file
-    from elasticdl_nb.runtime.master.serve import _take_over
+    from elasticdl_nb.runtime.master.recovery import take_over
     from elasticdl_nb.sdk.view import JobView
 
     files = JobDir(job_dir)
     began = time.monotonic()
     journal = Journal(files.events)
     master = _master(job_dir, compact_every, journal)
-    _take_over(master, files, journal)
+    take_over(master, files, journal)
     takeover = time.monotonic() - began
     journal.close()
     began = time.monotonic()
@@ -225,7 +225,7 @@ def main() -> None:
     parser.add_argument("--take-over", nargs=2, metavar=("JOB_DIR", "COMPACT_EVERY"))
     args = parser.parse_args()
     if args.take_over:
-        print(json.dumps(take_over(Path(args.take_over[0]), int(args.take_over[1]))))
+        print(json.dumps(measure_takeover(Path(args.take_over[0]), int(args.take_over[1]))))
         return
     began = time.monotonic()
     n = 1_000_000 if args.quick else 10_000_000

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from elasticdl_nb.runtime.job_dir import JobDir
-from elasticdl_nb.runtime.master import compaction, recovery
+from elasticdl_nb.runtime.master import compaction, recovery, snapshot
 from elasticdl_nb.runtime.master.journal import Event, Journal, read_journal_file
-from elasticdl_nb.runtime.master.serve import _take_over
+from elasticdl_nb.runtime.master.recovery import take_over
 from elasticdl_nb.vocabulary import EventKind
 from elasticdl_nb.vocabulary.events import DROPPED_KINDS, THINNED_KINDS
 from tests.unit.masters import RecordingLauncher, built_master
@@ -114,7 +114,7 @@ def test_a_master_takes_the_job_over_from_the_snapshot_of_a_compacted_journal(tm
     live.journal.close()
 
     new = built_master(files.path, RecordingLauncher(), Journal(files.events), **OPTIONS)
-    _take_over(new, files, new.journal)
+    take_over(new, files, new.journal)
     assert new.rebuilt["snapshot"] == said["before"]
     assert new.rebuilt["replayed"] == len(everything) - said["before"]
     # It holds what a master that replayed the whole journal, uncompacted, holds.
@@ -136,7 +136,7 @@ def test_a_compacted_journal_without_its_snapshot_is_not_taken_over(tmp_path):
     files.master_snapshot.unlink()
     new = built_master(tmp_path, RecordingLauncher(), Journal(files.events), **OPTIONS)
     with pytest.raises(RuntimeError, match="compacted before event .* cannot be taken over"):
-        _take_over(new, files, new.journal)
+        take_over(new, files, new.journal)
 
 
 def test_a_master_killed_between_the_history_and_the_tail_leaves_a_readable_journal(tmp_path):
@@ -158,3 +158,18 @@ def test_a_master_killed_between_the_history_and_the_tail_leaves_a_readable_jour
     again = Journal(path)
     assert again.first == 6 and [e.seq for e in again.read(0, follow=False)] == everything
     again.close()
+
+
+def test_a_snapshot_of_another_version_is_passed_over_while_the_journal_is_whole(tmp_path):
+    import pickle
+
+    files = JobDir(tmp_path)
+    live = a_job_with_some_history(tmp_path, journal=Journal(files.events))
+    _, blob = snapshot.take(live)
+    old = pickle.loads(blob)
+    old["version"] = "0.0.1"
+    files.master_snapshot.write_bytes(pickle.dumps(old))  # (the journal was never cut)
+    live.journal.close()
+    new = built_master(tmp_path, RecordingLauncher(), Journal(files.events), **OPTIONS)
+    take_over(new, files, new.journal)
+    assert new.rebuilt["snapshot"] == 0 and new.rebuilt["replayed"] == len(new.journal)

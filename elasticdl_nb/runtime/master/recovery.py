@@ -10,6 +10,10 @@ does nothing else: no launch, no call, no event. Then `resume` turns to the worl
 is now: the instances the backend still has are taken over (`InstanceManager.resume`),
 and the strategy checks what it holds against its peers (`TrainingStrategy.resumed`).
 
+A long job's journal is compacted (`compaction.py`): the master before started from a
+snapshot of its state (`snapshot.py`) and the events after it (`take_over`), which leave
+it where replaying every event would.
+
 What is not journaled is rebuilt empty: the throughput window of the last 10 s, timers
 (an instance pending too long is noticed again at its next pending event).
 """
@@ -21,8 +25,10 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master import snapshot as snapshots
-from elasticdl_nb.runtime.master.journal import Event
+from elasticdl_nb.runtime.master.journal import Event, Journal
+from elasticdl_nb.runtime.master.snapshot import SnapshotMismatch
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState
 
 if TYPE_CHECKING:
@@ -54,6 +60,29 @@ def rebuild(master: JobMaster, events: list[Event], snapshot: bytes | None = Non
         "down_s": round(time.time() - events[-1].time, 3) if events else 0.0,
     }
     log.info("job rebuilt from %d events in %.3f s", len(events), master.rebuilt["rebuild_s"])
+
+
+def take_over(master: JobMaster, files: JobDir, journal: Journal) -> None:
+    """Rebuild the job as the master before this one left it: from its newest snapshot
+    and the events after it, or from the whole journal when there is no snapshot (or
+    one of another version, while the journal is whole). A journal cut with no snapshot
+    of this version to stand for what it dropped cannot be taken over."""
+    path = files.master_snapshot
+    if path.exists():
+        try:
+            rebuild(master, journal.continued, snapshot=path.read_bytes())
+            return
+        except SnapshotMismatch as exc:
+            if journal.first:
+                raise RuntimeError(f"this job cannot be taken over: {exc}") from exc
+            log.warning("the snapshot is not this master's (%s): replaying the journal", exc)
+    elif journal.first:
+        raise RuntimeError(
+            f"the journal {files.events} was compacted before event {journal.first}, and "
+            f"the snapshot that stands for those events ({path}) is gone: this job "
+            "cannot be taken over"
+        )
+    rebuild(master, journal.continued)
 
 
 def resume(master: JobMaster) -> None:

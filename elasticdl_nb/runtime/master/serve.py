@@ -26,7 +26,6 @@ from elasticdl_nb.runtime.master.compaction import Compactor
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.service import MasterService
 from elasticdl_nb.runtime.master.site import MasterSite
-from elasticdl_nb.runtime.master.snapshot import SnapshotMismatch
 from elasticdl_nb.runtime.master.tensorboard_log import TensorBoardLog
 from elasticdl_nb.runtime.process_env import ProcessEnv, tls_dir_from_environ
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
@@ -76,7 +75,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         ps_addrs=site.ps_addrs,  # fixed ones, else empty: each PS reports where it serves
     )
     if journal.continued:  # the master before this one died: take the job over
-        _take_over(master, files, journal)
+        recovery.take_over(master, files, journal)
     rpc.add_MasterServicer_to_server(MasterService(master), server)
 
     server.start()
@@ -142,26 +141,3 @@ def _ended(site: MasterSite, files: JobDir, status: dict) -> None:
     site.fence.check()
     write_json(files.state, status)
     site.job_ended(status)
-
-
-def _take_over(master, files: JobDir, journal: Journal) -> None:
-    """Rebuild the job as the master before this one left it: from its newest snapshot
-    and the events after it, or from the whole journal when there is no snapshot (or
-    one of another version, while the journal is whole). A journal cut with no snapshot
-    of this version to stand for what it dropped cannot be taken over."""
-    path = files.master_snapshot
-    if path.exists():
-        try:
-            recovery.rebuild(master, journal.continued, snapshot=path.read_bytes())
-            return
-        except SnapshotMismatch as exc:
-            if journal.first:
-                raise RuntimeError(f"this job cannot be taken over: {exc}") from exc
-            log.warning("the snapshot is not this master's (%s): replaying the journal", exc)
-    elif journal.first:
-        raise RuntimeError(
-            f"the journal {files.events} was compacted before event {journal.first}, and "
-            f"the snapshot that stands for those events ({path}) is gone: this job "
-            "cannot be taken over"
-        )
-    recovery.rebuild(master, journal.continued)
