@@ -160,7 +160,9 @@ class Job:
         self, from_seq: int = 0, follow: bool = True, timeout: float | None = None
     ) -> Iterator[Event]:
         """The journal from `from_seq`; with `follow`, until the job ends (or, with
-        `timeout`, TimeoutError after that many seconds)."""
+        `timeout`, TimeoutError after that many seconds). Of a long job's events before
+        its journal's newest compaction, those kept (docs/events.md); a
+        `journal_compacted` event at each cut says which went."""
         seq = from_seq
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -197,7 +199,9 @@ class Job:
                 time.sleep(0.2)  # the master is exiting or briefly unreachable: look again
 
     def metrics(self) -> dict[str, list]:
-        """Training loss by step and every evaluation so far, from the journal."""
+        """Training loss by step and every evaluation so far, from the journal (a long
+        job's losses before its journal's newest compaction are a thinned sample:
+        docs/events.md)."""
         loss: list[tuple[int, float]] = []
         evaluations: list[dict] = []
         for event in self.events(follow=False):
