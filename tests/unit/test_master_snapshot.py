@@ -213,3 +213,12 @@ def test_snapshots_anywhere_in_a_recorded_journal_stand_for_the_events_before_th
         after = _recorded_master(folder, tmp_path / f"after-{cut}", lines)
         recovery.rebuild(after, after.journal.continued, snapshot=blob)
         assert_same(expected, holdings(after))
+
+
+def test_a_snapshot_of_another_state_layout_is_refused(tmp_path):
+    # (code that changed a part's STATE, at the same version number)
+    _, blob = snapshot.take(a_job_with_some_history(tmp_path / "live"))
+    old = pickle.loads(blob)
+    old["layout"]["queue"] = ("TaskQueue", ("todo", "doing"))
+    with pytest.raises(snapshot.SnapshotMismatch, match="this master's state is"):
+        snapshot.restore(_fresh(tmp_path, "new", []), pickle.dumps(old))

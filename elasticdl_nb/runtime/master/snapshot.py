@@ -16,16 +16,16 @@ that a new master must do again) says so itself with `snapshot_state()` and
 
 The snapshot is pickled: only a master of the same job reads it, running the same code,
 and it holds the parts' own objects (tasks, instances, evaluation rounds). It says which
-version of elasticdl-nb wrote it; another version's is refused (`SnapshotMismatch`), and
-the caller replays the journal instead.
+version of elasticdl-nb wrote it and the layout of the state it holds (each part's class
+and STATE); another version's or layout's is refused (`SnapshotMismatch`), and the
+caller replays the journal instead.
 """
 
 from __future__ import annotations
 
 import pickle
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
-
-from elasticdl_nb import __version__
 
 if TYPE_CHECKING:
     from elasticdl_nb.runtime.master.job_master import JobMaster
@@ -55,6 +55,21 @@ def parts(master: JobMaster) -> dict[str, Any]:
     return found
 
 
+def _version() -> str:
+    try:
+        return metadata.version("elasticdl-nb")
+    except metadata.PackageNotFoundError:  # (run from a source tree)
+        return "unknown"
+
+
+def _layout(found: dict[str, Any]) -> dict[str, tuple]:
+    """What the state of each part is made of: its class and the names in its STATE."""
+    return {
+        name: (type(part).__qualname__, tuple(getattr(part, "STATE", ())))
+        for name, part in found.items()
+    }
+
+
 def take(master: JobMaster) -> tuple[int, bytes]:
     """The master's state now and the journal's length it stands for: (seq, snapshot).
     Under the job's lock, outside any journal transaction, so the state is exactly the
@@ -66,10 +81,10 @@ def take(master: JobMaster) -> tuple[int, bytes]:
         master.goodput.catch_up()
         master.stragglers.catch_up()
         seq = len(master.journal)
-        state = {name: _state_of(part) for name, part in parts(master).items()}
-        blob = pickle.dumps(
-            {"version": __version__, "seq": seq, "parts": state}, protocol=pickle.HIGHEST_PROTOCOL
-        )
+        found = parts(master)
+        state = {name: _state_of(part) for name, part in found.items()}
+        snapshot = {"version": _version(), "layout": _layout(found), "seq": seq, "parts": state}
+        blob = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
     return seq, blob
 
 
@@ -77,15 +92,15 @@ def restore(master: JobMaster, blob: bytes) -> int:
     """Set `master` (new, nothing started) to the snapshot's state; returns the seq of
     the first event after it, from which the journal is replayed."""
     snapshot = pickle.loads(blob)
-    if snapshot.get("version") != __version__:
+    if snapshot.get("version") != _version():
         raise SnapshotMismatch(
             f"the snapshot was written by elasticdl-nb {snapshot.get('version')}, this "
-            f"master is {__version__}"
+            f"master is {_version()}"
         )
     found = parts(master)
-    if set(snapshot["parts"]) != set(found):
+    if snapshot.get("layout") != _layout(found):
         raise SnapshotMismatch(
-            f"the snapshot holds parts {sorted(snapshot['parts'])}, this master has {sorted(found)}"
+            f"the snapshot holds {snapshot.get('layout')}, this master's state is {_layout(found)}"
         )
     with master.lock:
         for name, part in found.items():
