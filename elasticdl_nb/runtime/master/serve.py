@@ -104,8 +104,11 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     journal.close()  # event streams deliver what is left and end
     if tensorboard:
         tensorboard.close()
+    # The final state before the server goes: a client that finds no master finds the
+    # end (after it, one saw the job "starting" and tried to reach the gone master).
+    _record_state(site, files, status)
     server.stop(grace=2).wait()
-    _ended(site, files, status)
+    site.job_ended(status)
     log.info("master exits")
 
 
@@ -136,8 +139,14 @@ def _write_master_file(files: JobDir, address: str) -> None:
 
 
 def _ended(site: MasterSite, files: JobDir, status: dict) -> None:
-    """The job's final state: written last (its presence means the job is over), then
-    told to the site."""
+    """The job's final state: written (its presence means the job is over), then told to
+    the site."""
+    _record_state(site, files, status)
+    site.job_ended(status)
+
+
+def _record_state(site: MasterSite, files: JobDir, status: dict) -> None:
+    """Write the job's final state, by a master not fenced off (once every instance is
+    stopped and the journal closed: its presence means the job is over)."""
     site.fence.check()
     write_json(files.state, status)
-    site.job_ended(status)
