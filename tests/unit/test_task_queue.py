@@ -116,3 +116,56 @@ def test_whole_epochs_share_one_done_set_per_source_and_a_requeue_copies_it():
     redo = queue.next_for(1)
     queue.report(redo.task_id, [20, 30])
     assert queue.done[(1, 0)] is queue.done[(0, 0)] and queue.done_count == 39
+
+
+def test_what_the_coordinator_asks_each_turn_matches_a_pass_over_the_tasks():
+    # training_pending, pending and records_done are kept as counts (the coordinator asks
+    # them every turn; a pass over an epoch of 100,000 tasks took half the master's time
+    # under many workers): after every kind of change they say what a pass would.
+    import random
+
+    from elasticdl_nb.runtime.master.tasks import EVALUATION, EXPORT
+
+    rng = random.Random(3)
+    queue = TaskQueue(
+        [SourceInfo("/d/0", "csv", 95), SourceInfo("/d/1", "csv", 31)],
+        [SourceInfo("/v", "csv", 40)], 10, 2, True, seed=7,
+    )  # fmt: skip
+    held: dict[int, int] = {}  # task id -> worker
+    for step in range(400):
+        op = rng.choice(["epoch", "eval", "next", "next", "report", "finish", "lose", "requeue"])
+        if op == "epoch" and step % 60 == 0:
+            queue.add_epoch(step // 60)
+        elif op == "eval" and step % 90 == 0:
+            queue.add_evaluation(step)
+        elif op == "next" and (task := queue.next_for(rng.randrange(3))) is not None:
+            held[task.task_id] = queue.doing[task.task_id].worker_id
+        elif op in ("report", "finish") and held:
+            task = queue.doing[rng.choice(list(held))].task
+            queue.report(task.task_id, list(range(task.start, task.end, 10)))
+            if op == "finish":
+                queue.finish(task.task_id)
+                held.pop(task.task_id)
+        elif op == "lose" and held:
+            worker = held[rng.choice(list(held))]
+            queue.release_worker(worker)
+            held = {t: w for t, w in held.items() if w != worker}
+        elif op == "requeue" and queue.done:
+            epoch, source = rng.choice(list(queue.done))
+            if queue.done[(epoch, source)]:
+                queue.requeue_batches(epoch, source, [min(queue.done[(epoch, source)])], "x")
+        tasks = list(queue.todo) + [a.task for a in queue.doing.values()]
+        for epoch in range(8):
+            assert queue.training_pending(epoch) == any(
+                t.kind == TRAINING and t.epoch == epoch for t in tasks
+            )
+            assert queue.records_done(epoch) == sum(
+                min(10, queue.train[i].num_records - s)
+                for i in range(2)
+                for s in queue.done.get((epoch, i), ())
+            )
+        for kind in (TRAINING, EVALUATION, EXPORT):
+            assert queue.pending(kind) == any(t.kind == kind for t in tasks)
+    queue.stop_training()  # (the queued ones go; those handed out run on)
+    assert queue.training_pending() == any(a.task.kind == TRAINING for a in queue.doing.values())
+    assert not [t for t in queue.todo if t.kind == TRAINING]

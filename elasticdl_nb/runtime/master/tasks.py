@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +101,7 @@ class TaskQueue:
     """Training, evaluation and prediction tasks, what each worker is doing, and what is
     done."""
 
-    STATE = ("todo", "doing", "done", "done_count", "_next_id", "training_stopped")
+    STATE = ("todo", "doing", "done", "done_count", "_next_id", "training_stopped", "_open")
 
     def __init__(
         self,
@@ -118,6 +118,9 @@ class TaskQueue:
         self.per_task = minibatch_size * minibatches_per_task
         self.shuffle, self.seed = shuffle, seed
         self.todo: deque[Task] = deque()
+        # How many tasks of each (kind, epoch) are queued or handed out: what the
+        # coordinator asks every turn, answered without a pass over an epoch's tasks.
+        self._open: Counter[tuple[int, int]] = Counter()
         self.doing: dict[int, Assignment] = {}  # task_id -> assignment
         # (epoch, source) -> batch starts done; a whole epoch's is its source's one shared
         # frozenset (`_whole`), so a job of many epochs keeps one set per source, not one
@@ -170,7 +173,7 @@ class TaskQueue:
         tasks = self._cover(self.train, kind=TRAINING, epoch=epoch)
         if self.shuffle:
             random.Random(self.seed * 100003 + epoch).shuffle(tasks)
-        self.todo.extend(tasks)
+        self.todo.extend(self._opened(tasks))
         for i in range(len(self.train)):
             self.done.setdefault((epoch, i), set())
         return len(tasks)
@@ -179,7 +182,7 @@ class TaskQueue:
     def add_evaluation(self, eval_round: int) -> int:
         """Queue an evaluation round at the front: the model is judged as it is now."""
         tasks = self._cover(self.validation, kind=EVALUATION, eval_round=eval_round)
-        self.todo.extendleft(reversed(tasks))
+        self.todo.extendleft(reversed(self._opened(tasks)))
         return len(tasks)
 
     @recorded
@@ -189,16 +192,15 @@ class TaskQueue:
         tasks = self._cover(self.prediction, kind=PREDICTION)
         for task in tasks:
             task.output_path = str(task_file(Path(directory), task.source, task.start))
-        self.todo.extend(tasks)
+        self.todo.extend(self._opened(tasks))
         return len(tasks)
 
     @recorded
     def add_export(self, path: str, saved_model_path: str = "") -> None:
         """Queue the export: a Keras file at `path` and/or a SavedModel at
         `saved_model_path` (either may be "": not wanted)."""
-        self.todo.appendleft(
-            self._new(kind=EXPORT, export_path=path, saved_model_path=saved_model_path)
-        )
+        task = self._new(kind=EXPORT, export_path=path, saved_model_path=saved_model_path)
+        self.todo.appendleft(self._opened([task])[0])
 
     @recorded
     def requeue_batches(
@@ -224,7 +226,7 @@ class TaskQueue:
         done = self._mutable_done(epoch, source)
         self.done_count -= len(done.intersection(starts))
         done.difference_update(starts)
-        self.todo.extendleft(reversed(tasks))
+        self.todo.extendleft(reversed(self._opened(tasks)))
         return tasks
 
     @recorded
@@ -232,7 +234,7 @@ class TaskQueue:
         """Training ends early (a callback stopped it): drop the training tasks not
         handed out yet, and queue none again from now on. Returns how many were dropped."""
         before = len(self.todo)
-        self.todo = deque(t for t in self.todo if t.kind != TRAINING)
+        self.todo = deque(t for t in self.todo if t.kind != TRAINING or self._closed(t))
         self.training_stopped = True
         return before - len(self.todo)
 
@@ -274,7 +276,10 @@ class TaskQueue:
 
     @recorded
     def finish(self, task_id: int) -> Assignment | None:
-        return self.doing.pop(task_id, None)
+        assignment = self.doing.pop(task_id, None)
+        if assignment is not None:
+            self._closed(assignment.task)
+        return assignment
 
     @recorded
     def release_worker(self, worker_id: int) -> list[tuple[Task, list[int]]]:
@@ -285,6 +290,7 @@ class TaskQueue:
                 continue
             del self.doing[task_id]
             task = assignment.task
+            self._closed(task)
             if task.kind == TRAINING:
                 left = [
                     s
@@ -295,7 +301,7 @@ class TaskQueue:
                     self.requeue_batches(task.epoch, task.source, left, "worker lost")
                 released.append((task, left))
             else:  # evaluation, prediction and export are redone whole
-                self.todo.appendleft(task)
+                self.todo.appendleft(self._opened([task])[0])
                 released.append((task, []))
         return released
 
@@ -303,8 +309,9 @@ class TaskQueue:
 
     def training_pending(self, epoch: int | None = None) -> bool:
         """Whether training tasks (of `epoch`, or of any epoch) are queued or running."""
-        tasks = list(self.todo) + [a.task for a in self.doing.values()]
-        return any(t.kind == TRAINING and (epoch is None or t.epoch == epoch) for t in tasks)
+        if epoch is not None:
+            return self._open[(TRAINING, epoch)] > 0
+        return any(kind == TRAINING for kind, _ in self._open)
 
     @recorded
     def rewind(self, held: list[tuple[int, int, list[int]]], last_epoch: int) -> int:
@@ -313,10 +320,13 @@ class TaskQueue:
         `last_epoch` are done, and every other one is queued once (no training task is
         running: whoever ran one is lost). Returns how many minibatches are queued."""
         have = {(epoch, source): set(starts) for epoch, source, starts in held}
-        self.todo = deque(t for t in self.todo if t.kind != TRAINING or t.epoch > last_epoch)
+        self.todo = deque(
+            t for t in self.todo if t.kind != TRAINING or t.epoch > last_epoch or self._closed(t)
+        )
         for task_id, assignment in list(self.doing.items()):
             if assignment.task.kind == TRAINING:
                 del self.doing[task_id]
+                self._closed(assignment.task)
         queued = 0
         for epoch in range(last_epoch + 1):
             for source in range(len(self.train)):
@@ -394,16 +404,31 @@ class TaskQueue:
             self.done[(epoch, source)] = self._whole(source)
 
     def pending(self, kind: int) -> bool:
-        return any(t.kind == kind for t in self.todo) or any(
-            a.task.kind == kind for a in self.doing.values()
-        )
+        return any(k == kind for k, _ in self._open)
 
     def records_done(self, epoch: int) -> int:
         total = 0
         for i, src in enumerate(self.train):
-            for s in self.done.get((epoch, i), ()):
-                total += min(self.batch, src.num_records - s)
+            done = self.done.get((epoch, i), ())
+            total += len(done) * self.batch
+            last = (src.num_records - 1) // self.batch * self.batch  # (it may be short)
+            if src.num_records and last in done:
+                total -= self.batch - (src.num_records - last)
         return total
+
+    def _opened(self, tasks: list[Task]) -> list[Task]:
+        """`tasks`, counted open (queued, then handed out until they finish)."""
+        for task in tasks:
+            self._open[(task.kind, task.epoch)] += 1
+        return tasks
+
+    def _closed(self, task: Task) -> bool:
+        """Count `task` closed (finished, dropped or taken back); False, for filters."""
+        key = (task.kind, task.epoch)
+        self._open[key] -= 1
+        if self._open[key] <= 0:
+            del self._open[key]
+        return False
 
 
 def _runs(starts: list[int], step: int) -> list[tuple[int, int]]:
