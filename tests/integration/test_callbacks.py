@@ -9,7 +9,7 @@ import pytest
 from elasticdl_nb.callbacks import LearningRateScheduler, MaxStepsStopping, SavedModelExporter
 from elasticdl_nb.errors import ElasticDLError
 from tests.conftest import job_processes
-from tests.integration.models import accuracy, digits_job
+from tests.integration.models import accuracy, digits_job, paced_loss
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,10 @@ def test_keras_early_stopping_and_an_epoch_schedule_act_on_the_job_from_its_mast
         monitor="val_accuracy", mode="max", min_delta=1.0, patience=1
     )
     rates = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.002 * 0.5**epoch)
-    job, _, (xt, yt) = digits_job(workers=2, epochs=8, callbacks=[stop, rates])
+    # Paced (50 ms a step: an epoch ~1 s): epoch 2, started while epoch 1 is evaluated,
+    # still has tasks queued when the stop comes. Unpaced (~3 ms a step), a busy machine
+    # had handed all of them out first, and the stop had nothing to drop.
+    job, _, (xt, yt) = digits_job(workers=2, epochs=8, callbacks=[stop, rates], loss=paced_loss)
     final = job.wait(timeout=300)
     events = list(job.events(follow=False))
 
