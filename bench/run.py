@@ -50,6 +50,7 @@ BENCHMARKS = [
     "elastic_service",
     "elastic_growth",
     "tls_cost",
+    "many_workers",
     "profile_step",
 ]
 # Results a benchmark writes when run with other options than `make bench` gives it, kept
