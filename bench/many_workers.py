@@ -5,12 +5,12 @@
 
 The job (simulated_job.py): a PS job of the digits MLP (64-64-10, Adam, ~19 KB of
 parameters; synthetic_digits.py, a model-zoo module whose `custom_data_reader` describes
-an epoch of 51M records instead of staging them, so that no size here reaches an epoch's
-end), one PS, minibatches of 64, tasks of 8 minibatches (the defaults), prepared as
-`edl.train` prepares a job. Its master is the real master process (the runtime's `serve`
-with a local job's site) and its PS the real PS process; only the master's launcher is
-the benchmark's: it starts the PS as a local job does and reports each worker launched
-as running, since the load generator runs it.
+an epoch of 51M records, 100,000 tasks (`--epoch-tasks`), instead of staging them, so
+that no size here reaches an epoch's end), one PS, minibatches of 64, tasks of 8
+minibatches (the defaults), prepared as `edl.train` prepares a job. Its master is the
+real master process (the runtime's `serve` with a local job's site) and its PS the real
+PS process; only the master's launcher is the benchmark's: it starts the PS as a local
+job does and reports each worker launched as running, since the load generator runs it.
 
 The workers (simulated_workers.py): `--generators` processes (2), each an asyncio loop
 driving its share, each worker with its own gRPC connection to the master and its own TCP
@@ -60,7 +60,15 @@ from pathlib import Path
 from typing import Any
 
 from harness import PY, RESULTS_DIR, job_home, log, pin_threads, row, write_result
-from simulated_job import PER_TASK, Job, ProcessSample, cpu_percent, prepare_job, running_job
+from simulated_job import (
+    MINIBATCH,
+    PER_TASK,
+    Job,
+    ProcessSample,
+    cpu_percent,
+    prepare_job,
+    running_job,
+)
 from simulated_workers import Histogram
 
 from elasticdl_nb.vocabulary import EventKind
@@ -69,8 +77,10 @@ NAME = "many_workers"
 SIZES, QUICK_SIZES = (10, 30, 100, 300, 1000), (10, 30, 100, 300)
 PARTS = 4  # parts of a size's window: rates are their median and range
 # Tasks in an epoch: more than any ladder hands out, so no epoch ends (an epoch's end,
-# with every worker waiting for the last tasks, is not what is measured here).
-RECORDS = 64 * PER_TASK * 100_000
+# with every worker waiting for the last tasks, is not what is measured here; and without
+# the PS exchange, the PS would hold none of the epoch's minibatches at its end, so the
+# master would queue them all again).
+EPOCH_TASKS = 100_000
 KEPT = 0.9  # the knee: the largest size whose workers keep this share of their pace
 WATCHED = (  # journal events that say something went wrong, counted per window
     EventKind.RELAUNCH,
@@ -91,6 +101,11 @@ class Settings:
     warmup_s: float
     part_s: float
     profile_s: float  # 0: no profile
+    epoch_tasks: int = EPOCH_TASKS
+
+    @property
+    def records(self) -> int:
+        return MINIBATCH * PER_TASK * self.epoch_tasks
 
 
 def journal_since(path: Path, offset: int) -> list[dict]:
@@ -259,7 +274,7 @@ def run_ladder(
     sizes: tuple[int, ...], s: Settings, generators: int, exchange: bool
 ) -> list[dict[str, Any]]:
     """One job grown through `sizes`, a window at each."""
-    record = prepare_job(sizes[0], RECORDS)
+    record = prepare_job(sizes[0], s.records)
     log(f"job {record.name}: {generators} load generators, PS exchange {exchange}")
     results = []
     with running_job(record, _setup_for(s, exchange), generators) as job:
@@ -275,7 +290,7 @@ def run_ladder(
 
 def run_check(workers: int, s: Settings, generators: int) -> dict[str, Any]:
     """A fresh master-alone job of `workers` workers on `generators` generators."""
-    record = prepare_job(workers, RECORDS)
+    record = prepare_job(workers, s.records)
     with running_job(record, _setup_for(s, exchange=False), generators) as job:
         job.grow_to(workers)
         result = measure(job, workers, s)
@@ -456,6 +471,7 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=100.0, help="a minibatch's compute")
     parser.add_argument("--generators", type=int, default=2, help="load-generator processes")
     parser.add_argument("--ladders", default=",".join(LADDERS), help="which ladders to run")
+    parser.add_argument("--epoch-tasks", type=int, default=EPOCH_TASKS, help="tasks per epoch")
     parser.add_argument(
         "--check-size", type=int, default=0, help="the generator check's size (0: the knee)"
     )
@@ -469,6 +485,7 @@ def main() -> None:
         warmup_s=3.0 if args.quick else 6.0,
         part_s=2.0 if args.quick else 5.0,
         profile_s=0.0 if args.quick else 5.0,
+        epoch_tasks=args.epoch_tasks,
     )
     ladders, knees, checks = {}, {}, {}
     with job_home():
@@ -487,7 +504,7 @@ def main() -> None:
         "ladders": ladders,
         "knees": knees,
         "generator_check": {str(g): r for g, r in checks.items()},
-        "settings": asdict(s) | {"generators": args.generators, "records": RECORDS},
+        "settings": asdict(s) | {"generators": args.generators},
     }
     write_result(
         NAME,
