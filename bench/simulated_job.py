@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import queue
 import select
@@ -50,6 +51,8 @@ from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.tls import MASTER
 from elasticdl_nb.vocabulary import INSTANCE_ENDED, InstanceState, Role
 
+log = logging.getLogger("elasticdl_nb.master")
+
 BENCH = Path(__file__).resolve().parent
 ZOO = BENCH / "synthetic_digits.py"
 MINIBATCH, PER_TASK = 64, 8  # the JobSpec defaults
@@ -64,10 +67,11 @@ LAUNCH_MASTER = (
 
 
 class SimulatedWorkersLauncher:
-    """The site's launcher (`runtime.master.site.InstanceLauncher`): the PS as a local job's
-    processes, each worker a coroutine of the load generator, which only asks which
-    workers the master runs. Events reach the master from a thread of their own, in
-    order, as the supervisor's do (the sink takes the master's lock)."""
+    """The site's launcher (`runtime.master.site.InstanceLauncher`): the PS is started as
+    a local job's are (`LocalProcesses`); a worker is only reported started, and killed
+    when the master kills it, since a load generator runs it (the benchmark asks the
+    master which workers it runs). Events reach the master from a thread of their own,
+    in order, as the supervisor's do (the sink takes the master's lock)."""
 
     def __init__(self, job_dir: Path, env: dict[str, str], on_event: EventSink):
         self._env, self._on_event = env, on_event
@@ -83,9 +87,8 @@ class SimulatedWorkersLauncher:
             with self._lock:
                 self._put(self._processes.launch(role, instance_id, self._env))
             return
-        self._workers.add(instance_id)
-        for kind in (InstanceState.STARTED, InstanceState.RUNNING):
-            self._events.put(InstanceEvent(Role.WORKER, instance_id, kind))
+        self._workers.add(instance_id)  # (started, as a local job's worker is reported)
+        self._events.put(InstanceEvent(Role.WORKER, instance_id, InstanceState.STARTED))
 
     def kill(self, role: str, instance_id: int, force: bool = False) -> None:
         if role == Role.PS:
@@ -131,8 +134,11 @@ class SimulatedWorkersLauncher:
             item = self._events.get()
             if isinstance(item, threading.Event):
                 item.set()
-            else:
+                continue
+            try:
                 self._on_event(item)
+            except Exception:  # one bad event must not end the delivery of the others
+                log.exception("instance event %s", item)
 
 
 class SimulatedWorkersSite(LocalSite):
@@ -325,7 +331,7 @@ class Job:
             running = {
                 i["id"]
                 for i in self.status()["instances"]
-                if i["role"] == Role.WORKER and i["state"] == InstanceState.RUNNING
+                if i["role"] == Role.WORKER and i["state"] not in INSTANCE_ENDED
             }
             if len(running) >= workers or time.monotonic() > deadline:
                 break

@@ -200,6 +200,7 @@ class BulkPeer:
         try:
             message = request.SerializeToString()
             writer.write(_FRAME_HEAD.pack(MESSAGE, len(message), 0) + message)
+            await writer.drain()
             kind, size, count = _FRAME_HEAD.unpack(await reader.readexactly(_FRAME_HEAD.size))
             lengths = struct.unpack(f"!{count}Q", await reader.readexactly(8 * count))
             reply = await reader.readexactly(size)
@@ -229,6 +230,9 @@ class _Pushed:
 
 
 class SimulatedWorker:
+    """One worker of a PS job, as the module docstring says: `run` until the job is over,
+    the master tells it to stop, or the process does."""
+
     def __init__(
         self,
         worker_id: int,
@@ -293,6 +297,11 @@ class SimulatedWorker:
         """Push `push`'s gradients (if any) and pull, again on a new connection (and,
         after a few failures, at the PS's port asked again) until it goes through, as
         `PsClient` does; returns the seconds waited for the answer."""
+        if not self.setup.exchange:
+            self.window.now.counts["pushes" if push is not None else "pulls"] += 1
+            if push is not None:
+                self._batch_done(push)
+            return 0.0
         request = pb.PushPullRequest(known_version=self.version, batch_key=-1)
         if push is not None:
             task = push.task
@@ -300,11 +309,6 @@ class SimulatedWorker:
             request.batch_key, request.learning_rate = push.start, learning_rate
             for name, tensor in self._gradients.items():
                 request.dense_grads[name].CopyFrom(tensor)
-        if not self.setup.exchange:
-            self.window.now.counts["pushes" if push is not None else "pulls"] += 1
-            if push is not None:
-                self._batch_done(push)
-            return 0.0
         failures = 0
         while True:
             began = time.monotonic()
