@@ -210,49 +210,61 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def profile(pids: dict[str, int | None], seconds: float) -> dict[str, Any]:
-    """`seconds` of py-spy (100 Hz, without pausing the process) on each process: the
-    functions its threads were in, as shares of the samples."""
+    """`seconds` of py-spy (100 Hz, without pausing the process) on each process, run side
+    by side: where the thread that holds the GIL is (`cpu`: the process's Python work, a
+    function's share on the stack and where sampled), and, for the master, where every
+    thread is, waiting or not (`threads`: the lines they were at)."""
     pyspy = Path(PY).with_name("py-spy")
     if not pyspy.exists():
         return {"skipped": "py-spy is not installed"}
     runs = {}
     for name, pid in pids.items():
-        if pid is not None:
-            out = RESULTS_DIR / f"{NAME}-{name}.raw"
-            command = [str(pyspy), "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100",
-                       "--nonblocking", "--format", "raw", "-o", str(out)]  # fmt: skip
-            runs[name] = (
+        views = {"cpu": "--gil", "threads": "--idle"} if name == "master" else {"cpu": "--gil"}
+        for view, flag in views.items() if pid is not None else ():
+            out = RESULTS_DIR / f"{NAME}-{name}-{view}.raw"
+            command = [str(pyspy), "record", "-p", str(pid), "-d", str(int(seconds)), "-r",
+                       "100", "--nonblocking", flag, "--format", "raw", "-o", str(out)]  # fmt: skip
+            runs[name, view] = (
                 out,
                 subprocess.Popen(
                     command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
                 ),
             )
-    summaries = {}
-    for name, (out, proc) in runs.items():
+    summaries: dict[str, Any] = collections.defaultdict(dict)
+    for (name, view), (out, proc) in runs.items():
         _, err = proc.communicate(timeout=seconds + 60)
         if proc.returncode or not out.exists():
-            summaries[name] = {"error": err.strip()[-300:]}
+            summaries[name][view] = {"error": err.strip()[-300:]}
             continue
-        summaries[name] = summarize_stacks(out.read_text())
+        summaries[name][view] = summarize_stacks(out.read_text(), lines=view == "threads")
         out.unlink()
-    return summaries
+    return dict(summaries)
 
 
-def summarize_stacks(raw: str, top: int = 12) -> dict[str, Any]:
-    """py-spy's raw stacks ('frame;frame;... count' a line) as the functions' shares of
-    the samples: inclusive (anywhere on the stack), and where the sample was taken."""
+# Frames at the bottom of every thread's stack: on the stack always, saying nothing.
+_EVERY_THREAD = {
+    "threading.Thread._bootstrap",
+    "threading.Thread._bootstrap_inner",
+    "threading.Thread.run",
+}
+
+
+def summarize_stacks(raw: str, lines: bool = False, top: int = 12) -> dict[str, Any]:
+    """py-spy's raw stacks ('frame;frame;... count' a line) as shares of the samples:
+    each function's anywhere on the stack, and where the sample was taken (with `lines`,
+    the line: where a thread waits)."""
     inclusive: collections.Counter[str] = collections.Counter()
     leaf: collections.Counter[str] = collections.Counter()
     total = 0
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
-        frames = [_function(f) for f in stack.split(";") if f and not f.startswith("thread")]
+        frames = [f for f in stack.split(";") if f and not f.startswith("thread")]
         if not frames:
             continue
         total += int(count)
-        for function in set(frames):
+        for function in {_function(f) for f in frames} - _EVERY_THREAD:
             inclusive[function] += int(count)
-        leaf[frames[-1]] += int(count)
+        leaf[_function(frames[-1], lines)] += int(count)
 
     def shares(counter: collections.Counter[str]) -> list[tuple[str, float]]:
         return [(f, round(n / total, 3)) for f, n in counter.most_common(top)]
@@ -260,11 +272,14 @@ def summarize_stacks(raw: str, top: int = 12) -> dict[str, Any]:
     return {"samples": total, "inclusive": shares(inclusive), "self": shares(leaf)}
 
 
-def _function(frame: str) -> str:
-    """'get_task (elasticdl_nb/runtime/master/task_desk.py:71)' -> 'task_desk.get_task'."""
+def _function(frame: str, line: bool = False) -> str:
+    """'get_task (elasticdl_nb/runtime/master/task_desk.py:71)' -> 'task_desk.get_task'
+    (with `line`: 'task_desk.get_task:71')."""
     name, _, where = frame.partition(" (")
-    module = Path(where.split(":")[0]).stem
-    return f"{module}.{name}" if module else name
+    path, _, number = where.rstrip(")").rpartition(":")
+    module = Path(path).stem
+    qualified = f"{module}.{name}" if module else name
+    return f"{qualified}:{number}" if line else qualified
 
 
 # ---------------------------------------------------------------------------- the runs
@@ -397,8 +412,8 @@ def summary(ladders: dict[str, list[dict]], knees: dict[str, dict], checks: dict
         f"`bench/many_workers.py`: a PS job grown by Scale RPCs through the sizes, "
         f"{step_s * 1000:.0f} ms per minibatch, {PER_TASK} minibatches per task. Rates: "
         f"median of the {PARTS} parts of each window; latencies p50 / p99 (ms) over the "
-        "window; CPU in % of one core; pace: what the workers would do if nothing held "
-        "them back.",
+        "window; CPU in % of one core; RSS at the window's end (its growth over the window); "
+        "pace: what the workers would do if nothing held them back.",
     ]
     for ladder, results in ladders.items():
         found = knees[ladder]
@@ -407,12 +422,15 @@ def summary(ladders: dict[str, list[dict]], knees: dict[str, dict], checks: dict
                   f"largest size keeping ≥ {KEPT}): **{found['knee_workers']} workers**; "
                   f"first below: {found['first_below']}."]  # fmt: skip
         for r in results:
-            for name, prof in (r.get("profile") or {}).items():
-                if prof.get("samples"):
+            for name, views in (r.get("profile") or {}).items():
+                for view, prof in views.items() if isinstance(views, dict) else ():
+                    if not prof.get("samples"):
+                        continue
+                    what = "holding the GIL" if view == "cpu" else "every thread"
                     lines += [
                         "",
-                        f"py-spy, {name} at {r['workers']} workers ({prof['samples']} samples; "
-                        "on the stack, then where sampled):",
+                        f"py-spy, {name} at {r['workers']} workers, {what} ({prof['samples']} "
+                        "samples; on the stack, then where sampled):",
                         "",
                         "    " + ", ".join(f"{f} {s:.0%}" for f, s in prof["inclusive"]),
                         "    " + ", ".join(f"{f} {s:.0%}" for f, s in prof["self"]),
@@ -434,7 +452,8 @@ def _table(results: list[dict], step_s: float) -> list[str]:
     def proc(p: dict) -> str:
         if p["cpu_percent"] is None:
             return "exited"
-        return f"{p['cpu_percent']:.0f}% · {p['rss_mb']:.0f} MB · {p['threads']} thr"
+        grew = p["rss_mb"] - (p["rss_mb_before"] or p["rss_mb"])
+        return f"{p['cpu_percent']:.0f}% · {p['rss_mb']:.0f} MB ({grew:+.0f}) · {p['threads']} thr"
 
     lines = [
         "| workers | hand-outs/s (pace) | pushes/s (pace) | reports/s | GetTask→task | report "
@@ -475,6 +494,7 @@ def main() -> None:
     parser.add_argument(
         "--check-size", type=int, default=0, help="the generator check's size (0: the knee)"
     )
+    parser.add_argument("--no-check", action="store_true", help="no generator check")
     args = parser.parse_args()
     started = time.monotonic()
     pin_threads()
@@ -494,7 +514,7 @@ def main() -> None:
             knees[ladder] = knee(ladders[ladder], s.step_s)
         alone = knees.get("master alone") or next(iter(knees.values()))
         size = args.check_size or alone["knee_workers"] or sizes[0]
-        for generators in (args.generators, 2 * args.generators):
+        for generators in () if args.no_check else (args.generators, 2 * args.generators):
             checks[generators] = run_check(size, replace(s, profile_s=0.0), generators)
     text = summary(ladders, knees, checks, s.step_s)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
