@@ -158,7 +158,7 @@ def measure(job: Job, workers: int, s: Settings) -> dict[str, Any]:
                 "n": h.count,
             }
             for kind, h in sorted(latency.items())
-        },  # fmt: skip
+        },
         "events_per_s": len(events) / seconds,
         "event_kinds": dict(kinds.most_common()),
         "trouble": {str(k): kinds.get(k, 0) for k in WATCHED} | {"instance_ended": ended},
