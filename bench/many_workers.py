@@ -1,16 +1,16 @@
 """Many workers, by simulation: a real master and a real PS under 10 to 1,000 workers.
 
-    .venv/bin/python bench/many_workers.py            # 10 ... 1000 workers, two ladders (~10 min)
-    .venv/bin/python bench/many_workers.py --quick    # 10 ... 300, shorter windows (~4 min)
+    .venv/bin/python bench/many_workers.py            # 10 ... 1000 workers (~13 min)
+    .venv/bin/python bench/many_workers.py --quick    # 10 ... 300, shorter windows (~5 min)
 
 The job (simulated_job.py): a PS job of the digits MLP (64-64-10, Adam, ~19 KB of
 parameters; synthetic_digits.py, a model-zoo module whose `custom_data_reader` describes
-an epoch of 51M records, 100,000 tasks (`--epoch-tasks`), instead of staging them, so
-that no size here reaches an epoch's end), one PS, minibatches of 64, tasks of 8
-minibatches (the defaults), prepared as `edl.train` prepares a job. Its master is the
-real master process (the runtime's `serve` with a local job's site) and its PS the real
-PS process; only the master's launcher is the benchmark's: it starts the PS as a local
-job does and reports each worker launched as running, since the load generator runs it.
+its records instead of staging them: 100,000 tasks an epoch, or 1,000 in the "epoch
+ends" ladder), one PS, minibatches of 64, tasks of 8 minibatches (the defaults),
+prepared as `edl.train` prepares a job. Its master is the real master process (the
+runtime's `serve` with a local job's site) and its PS the real PS process; only the
+master's launcher is the benchmark's: it starts the PS as a local job does and reports
+each worker launched as started, since a load generator runs it.
 
 The workers (simulated_workers.py): `--generators` processes (2), each an asyncio loop
 driving its share, each worker with its own gRPC connection to the master and its own TCP
@@ -21,10 +21,13 @@ on this machine is ~3 ms (bench/results/throughput.json: 20.8k samples/s at 64 p
 1 worker + 1 PS): 100 ms stands for a bigger model or a slower worker, and the load at
 another pace is the load of proportionally more or fewer workers.
 
-Two ladders, each one job grown by the master's own Scale RPC through the sizes:
+Three ladders, each one job grown by the master's own Scale RPC through the sizes:
 - "with the PS": the whole job on this machine;
 - "master alone": the workers skip the PS (as if it had shards to spare: a 1,000-worker
-  job has many PS), so that nothing but the master holds them back.
+  job has many PS), so that nothing but the master holds them back;
+- "epoch ends": with the PS, from 300 workers on, with epochs of 1,000 tasks, so that
+  every window holds an epoch's end (the other two never reach one), where every worker
+  finishes its last task and long-polls GetTask until the next epoch begins.
 At each size, after a warm-up, a window of `PARTS` parts (rates: median and range over
 the parts; latencies: p50/p99 over the window): task hand-outs/s, reports/s, pushes/s;
 GetTask answered with a task, ProgressReport, push+pull latencies; RPC errors (each one
@@ -35,9 +38,10 @@ stragglers); each generator's CPU and its loop's lag (how late a 50 ms sleep wak
 Then (not with --quick) 5 s of py-spy on the master and the PS, summarized into where
 their threads were.
 
-Is the generator the limit? Its CPU and loop lag are in the table; and the master-alone
-knee is run again in two fresh jobs, with `--generators` and twice as many: if the
-generators held the figures down, more of them would raise them.
+Is the generator the limit? Its CPU and loop lag are in the table; and the first
+master-alone size that falls behind the workers' pace is run again in two fresh jobs, with
+`--generators` and twice as many: if the generators held the figures down there, more of
+them would raise them.
 
 Rows: per ladder and size, hand-outs/s and pushes/s against the workers' own pace
 (N / (8 × step) and N / step: the ratio is the share of their pace the job keeps),
@@ -76,11 +80,6 @@ from elasticdl_nb.vocabulary import EventKind
 NAME = "many_workers"
 SIZES, QUICK_SIZES = (10, 30, 100, 300, 1000), (10, 30, 100, 300)
 PARTS = 4  # parts of a size's window: rates are their median and range
-# Tasks in an epoch: more than any ladder hands out, so no epoch ends (an epoch's end,
-# with every worker waiting for the last tasks, is not what is measured here; and without
-# the PS exchange, the PS would hold none of the epoch's minibatches at its end, so the
-# master would queue them all again).
-EPOCH_TASKS = 100_000
 KEPT = 0.9  # the knee: the largest size whose workers keep this share of their pace
 WATCHED = (  # journal events that say something went wrong, counted per window
     EventKind.RELAUNCH,
@@ -89,7 +88,27 @@ WATCHED = (  # journal events that say something went wrong, counted per window
     EventKind.REQUEUE,
     EventKind.STRAGGLER,
 )
-LADDERS = {"with the PS": True, "master alone": False}  # name -> workers exchange with the PS
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """One job grown through the sizes (from `smallest` on)."""
+
+    exchange: bool  # its workers exchange with the PS
+    epoch_tasks: int
+    smallest: int = 0
+
+
+# Long epochs: more tasks than a ladder hands out, so that no epoch ends (and without the
+# PS exchange, none may: the PS would hold none of the epoch's minibatches at its end, so
+# the master would queue them all again). Short ones: an epoch's end in every window,
+# where every worker waits for the last tasks of the epoch (and long-polls GetTask).
+LONG, SHORT = 100_000, 1_000
+LADDERS = {
+    "with the PS": Ladder(exchange=True, epoch_tasks=LONG),
+    "master alone": Ladder(exchange=False, epoch_tasks=LONG),
+    "epoch ends": Ladder(exchange=True, epoch_tasks=SHORT, smallest=300),
+}
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -101,11 +120,6 @@ class Settings:
     warmup_s: float
     part_s: float
     profile_s: float  # 0: no profile
-    epoch_tasks: int = EPOCH_TASKS
-
-    @property
-    def records(self) -> int:
-        return MINIBATCH * PER_TASK * self.epoch_tasks
 
 
 def journal_since(path: Path, offset: int) -> list[dict]:
@@ -160,6 +174,7 @@ def measure(job: Job, workers: int, s: Settings) -> dict[str, Any]:
             for kind, h in sorted(latency.items())
         },
         "events_per_s": len(events) / seconds,
+        "epochs_begun": kinds.get(EventKind.EPOCH, 0),
         "event_kinds": dict(kinds.most_common()),
         "trouble": {str(k): kinds.get(k, 0) for k in WATCHED} | {"instance_ended": ended},
         "processes": {name: _process(first[name], last[name]) for name in pids},
@@ -222,8 +237,22 @@ def profile(pids: dict[str, int | None], seconds: float) -> dict[str, Any]:
         views = {"cpu": "--gil", "threads": "--idle"} if name == "master" else {"cpu": "--gil"}
         for view, flag in views.items() if pid is not None else ():
             out = RESULTS_DIR / f"{NAME}-{name}-{view}.raw"
-            command = [str(pyspy), "record", "-p", str(pid), "-d", str(int(seconds)), "-r",
-                       "100", "--nonblocking", flag, "--format", "raw", "-o", str(out)]  # fmt: skip
+            command = [
+                str(pyspy),
+                "record",
+                "-p",
+                str(pid),
+                "-d",
+                str(int(seconds)),
+                "-r",
+                "100",
+                "--nonblocking",
+                flag,
+                "--format",
+                "raw",
+                "-o",
+                str(out),
+            ]
             runs[name, view] = (
                 out,
                 subprocess.Popen(
@@ -285,14 +314,14 @@ def _function(frame: str, line: bool = False) -> str:
 # ---------------------------------------------------------------------------- the runs
 
 
-def run_ladder(
-    sizes: tuple[int, ...], s: Settings, generators: int, exchange: bool
-) -> list[dict[str, Any]]:
+def run_ladder(name: str, sizes: tuple[int, ...], s: Settings, generators: int) -> list[dict]:
     """One job grown through `sizes`, a window at each."""
-    record = prepare_job(sizes[0], s.records)
-    log(f"job {record.name}: {generators} load generators, PS exchange {exchange}")
+    ladder = LADDERS[name]
+    sizes = tuple(n for n in sizes if n >= ladder.smallest) or sizes[-1:]
+    record = prepare_job(sizes[0], MINIBATCH * PER_TASK * ladder.epoch_tasks)
+    log(f"{name}: job {record.name}, {ladder.epoch_tasks:,} tasks an epoch, {generators} gens")
     results = []
-    with running_job(record, _setup_for(s, exchange), generators) as job:
+    with running_job(record, _setup_for(s, ladder.exchange), generators) as job:
         for workers in sizes:
             job.grow_to(workers)
             results.append(measure(job, workers, s))
@@ -305,7 +334,7 @@ def run_ladder(
 
 def run_check(workers: int, s: Settings, generators: int) -> dict[str, Any]:
     """A fresh master-alone job of `workers` workers on `generators` generators."""
-    record = prepare_job(workers, s.records)
+    record = prepare_job(workers, MINIBATCH * PER_TASK * LONG)
     with running_job(record, _setup_for(s, exchange=False), generators) as job:
         job.grow_to(workers)
         result = measure(job, workers, s)
@@ -375,27 +404,50 @@ def result_rows(ladders: dict[str, list[dict]], checks: dict[int, dict], step_s:
                 row(case, "task hand-outs/s", _rate(r, "tasks"), [pace_tasks], baseline_label=pace),
                 row(case, "pushes/s", _rate(r, "pushes"), [pace_pushes], baseline_label=pace),
                 row(case, "reports/s", _rate(r, "reports")),
-                row(case, "p99 ProgressReport", _p99s(r, "report"), unit="ms",
-                    higher_is_better=False),
-            ]  # fmt: skip
-            if ladder == "with the PS":
+                row(
+                    case,
+                    "p99 ProgressReport",
+                    _p99s(r, "report"),
+                    unit="ms",
+                    higher_is_better=False,
+                ),
+            ]
+            if LADDERS[ladder].exchange:
                 rows.append(
-                    row(case, "p99 push+pull", _p99s(r, "exchange"), unit="ms",
-                        higher_is_better=False)
-                )  # fmt: skip
-    every = [r for results in ladders.values() for r in results]
-    errors = sum(sum(p["errors"].values()) for r in every for p in r["parts"])
-    trouble = sum(sum(r["trouble"].values()) for r in every)
-    rows.append(row("every size", "RPC errors (each retried)", [errors], higher_is_better=False,
-                    limit=0))  # fmt: skip
-    rows.append(row("every size", "relaunches, ends, workers given up on, requeues, stragglers",
-                    [trouble], higher_is_better=False, limit=0))  # fmt: skip
+                    row(
+                        case,
+                        "p99 push+pull",
+                        _p99s(r, "exchange"),
+                        unit="ms",
+                        higher_is_better=False,
+                    )
+                )
+        errors = sum(sum(p["errors"].values()) for r in results for p in r["parts"])
+        trouble = sum(sum(r["trouble"].values()) for r in results)
+        case = f"{ladder}, every size"
+        rows += [
+            row(case, "RPC errors (each retried)", [errors], higher_is_better=False, limit=0),
+            row(
+                case,
+                "relaunches, ends, workers given up on, requeues, stragglers",
+                [trouble],
+                higher_is_better=False,
+                limit=0,
+            ),
+        ]
     if len(checks) == 2:
         (g1, r1), (g2, r2) = sorted(checks.items())
         case = f"{r1['workers']} workers, master alone, fresh jobs: {g2} load generators"
         for count in ("tasks", "pushes"):
-            rows.append(row(case, f"{count}/s", _rate(r2, count), _rate(r1, count),
-                            baseline_label=f"{g1} generators"))  # fmt: skip
+            rows.append(
+                row(
+                    case,
+                    f"{count}/s",
+                    _rate(r2, count),
+                    _rate(r1, count),
+                    baseline_label=f"{g1} generators",
+                )
+            )
     return rows
 
 
@@ -403,8 +455,9 @@ def _p99s(r: dict, kind: str) -> list[float]:
     return [p["p99_ms"][kind] for p in r["parts"] if p["p99_ms"].get(kind) is not None]
 
 
-def summary(ladders: dict[str, list[dict]], knees: dict[str, dict], checks: dict[int, dict],
-            step_s: float) -> str:  # fmt: skip
+def summary(
+    ladders: dict[str, list[dict]], knees: dict[str, dict], checks: dict[int, dict], step_s: float
+) -> str:
     """The text summary: bench/results/many_workers.md."""
     lines = [
         f"# Many workers, by simulation ({time.strftime('%Y-%m-%d %H:%M')})",
@@ -417,10 +470,16 @@ def summary(ladders: dict[str, list[dict]], knees: dict[str, dict], checks: dict
     ]
     for ladder, results in ladders.items():
         found = knees[ladder]
-        lines += ["", f"## {ladder}", "", *_table(results, step_s), "",
-                  f"Share of the pace of pushes kept: {found['share_of_pace']}. Knee (the "
-                  f"largest size keeping ≥ {KEPT}): **{found['knee_workers']} workers**; "
-                  f"first below: {found['first_below']}."]  # fmt: skip
+        lines += [
+            "",
+            f"## {ladder}",
+            "",
+            *_table(results, step_s),
+            "",
+            f"Share of the pace of pushes kept: {found['share_of_pace']}. Knee (the "
+            f"largest size keeping ≥ {KEPT}): **{found['knee_workers']} workers**; "
+            f"first below: {found['first_below']}.",
+        ]
         for r in results:
             for name, views in (r.get("profile") or {}).items():
                 for view, prof in views.items() if isinstance(views, dict) else ():
@@ -458,8 +517,8 @@ def _table(results: list[dict], step_s: float) -> list[str]:
     lines = [
         "| workers | hand-outs/s (pace) | pushes/s (pace) | reports/s | GetTask→task | report "
         "| push+pull | master | events/s | PS | PS sockets | generators: CPU, loop lag p99 "
-        "| errors | trouble |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---|",
+        "| epochs begun | errors | trouble |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|---|",
     ]
     for r in results:
         pace_tasks, pace_pushes = _pace(r["workers"], step_s)
@@ -477,7 +536,8 @@ def _table(results: list[dict], step_s: float) -> list[str]:
             f"| {med(_rate(r, 'pushes'))} ({pace_pushes:,.0f}) | {med(_rate(r, 'reports'))} "
             f"| {lat(r, 'get_task:training')} | {lat(r, 'report')} | {lat(r, 'exchange')} "
             f"| {proc(procs['master'])} | {r['events_per_s']:,.0f} | {proc(procs['ps'])} "
-            f"| {procs['ps'].get('sockets', '—')} | {gens}, {lag:.0f} ms | {errors} | {trouble} |"
+            f"| {procs['ps'].get('sockets', '—')} | {gens}, {lag:.0f} ms | {r['epochs_begun']} "
+            f"| {errors} | {trouble} |"
         )
     return lines
 
@@ -490,9 +550,11 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=100.0, help="a minibatch's compute")
     parser.add_argument("--generators", type=int, default=2, help="load-generator processes")
     parser.add_argument("--ladders", default=",".join(LADDERS), help="which ladders to run")
-    parser.add_argument("--epoch-tasks", type=int, default=EPOCH_TASKS, help="tasks per epoch")
     parser.add_argument(
-        "--check-size", type=int, default=0, help="the generator check's size (0: the knee)"
+        "--check-size",
+        type=int,
+        default=0,
+        help="the generator check's size (0: the first size below the master's knee)",
     )
     parser.add_argument("--no-check", action="store_true", help="no generator check")
     args = parser.parse_args()
@@ -505,15 +567,16 @@ def main() -> None:
         warmup_s=3.0 if args.quick else 6.0,
         part_s=2.0 if args.quick else 5.0,
         profile_s=0.0 if args.quick else 5.0,
-        epoch_tasks=args.epoch_tasks,
     )
     ladders, knees, checks = {}, {}, {}
     with job_home():
         for ladder in args.ladders.split(","):
-            ladders[ladder] = run_ladder(sizes, s, args.generators, LADDERS[ladder])
+            ladders[ladder] = run_ladder(ladder, sizes, s, args.generators)
             knees[ladder] = knee(ladders[ladder], s.step_s)
+        # Where the master-alone job first falls behind its workers' pace: if the generators
+        # were what held it back there, more of them would raise its figures.
         alone = knees.get("master alone") or next(iter(knees.values()))
-        size = args.check_size or alone["knee_workers"] or sizes[0]
+        size = args.check_size or alone["first_below"] or sizes[-1]
         for generators in () if args.no_check else (args.generators, 2 * args.generators):
             checks[generators] = run_check(size, replace(s, profile_s=0.0), generators)
     text = summary(ladders, knees, checks, s.step_s)
@@ -524,7 +587,8 @@ def main() -> None:
         "ladders": ladders,
         "knees": knees,
         "generator_check": {str(g): r for g, r in checks.items()},
-        "settings": asdict(s) | {"generators": args.generators},
+        "settings": asdict(s)
+        | {"generators": args.generators, "ladders": {k: asdict(v) for k, v in LADDERS.items()}},
     }
     write_result(
         NAME,
