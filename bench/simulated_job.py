@@ -230,10 +230,7 @@ class ProcessSample:
             status = dict(
                 line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
             )
-            sockets = sum(
-                os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-                for fd in os.listdir(f"/proc/{pid}/fd")
-            )
+            fds = os.listdir(f"/proc/{pid}/fd")
         except (OSError, ValueError):
             return None  # it has exited
         return cls(
@@ -241,8 +238,15 @@ class ProcessSample:
             (int(stat[11]) + int(stat[12])) / CLOCK_TICKS,
             int(status["VmRSS"].split()[0]) / 1024,
             int(status["Threads"]),
-            sockets,
+            sum(_is_socket(pid, fd) for fd in fds),
         )
+
+
+def _is_socket(pid: int, fd: str) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    except OSError:
+        return False  # closed since it was listed
 
 
 def cpu_percent(before: ProcessSample | None, after: ProcessSample | None) -> float | None:
