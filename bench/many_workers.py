@@ -43,9 +43,9 @@ master-alone size that falls behind the workers' pace is run again in two fresh 
 `--generators` and twice as many: if the generators held the figures down there, more of
 them would raise them.
 
-Rows: per ladder and size, hand-outs/s and pushes/s against the workers' own pace
-(N / (8 × step) and N / step: the ratio is the share of their pace the job keeps),
-reports/s and the p99s; the errors and trouble events (limit 0); the generator check.
+Rows: per ladder and size, pushes/s against the workers' own pace (N / step: the ratio
+is the share of their pace the job keeps) and the p99 of ProgressReport; per ladder, the
+errors and trouble events (limit 0); the generator check.
 `bench/results/many_workers.md`: the whole table, the knees and the profiles.
 """
 
@@ -394,16 +394,21 @@ def knee(results: list[dict], step_s: float) -> dict[str, Any]:
 
 
 def result_rows(ladders: dict[str, list[dict]], checks: dict[int, dict], step_s: float) -> list:
+    """Per ladder and size, pushes/s (one per minibatch) against the workers' own pace and
+    the p99 of ProgressReport; per ladder, its errors and trouble events; the generator
+    check. (Hand-outs/s, reports/s and the rest: the details and the .md summary.)"""
     rows = []
-    pace = "the workers' own pace"
     for ladder, results in ladders.items():
         for r in results:
             case = f"{r['workers']} simulated workers, {ladder}"
-            pace_tasks, pace_pushes = _pace(r["workers"], step_s)
             rows += [
-                row(case, "task hand-outs/s", _rate(r, "tasks"), [pace_tasks], baseline_label=pace),
-                row(case, "pushes/s", _rate(r, "pushes"), [pace_pushes], baseline_label=pace),
-                row(case, "reports/s", _rate(r, "reports")),
+                row(
+                    case,
+                    "pushes/s",
+                    _rate(r, "pushes"),
+                    [_pace(r["workers"], step_s)[1]],
+                    baseline_label="the workers' own pace",
+                ),
                 row(
                     case,
                     "p99 ProgressReport",
@@ -412,16 +417,6 @@ def result_rows(ladders: dict[str, list[dict]], checks: dict[int, dict], step_s:
                     higher_is_better=False,
                 ),
             ]
-            if LADDERS[ladder].exchange:
-                rows.append(
-                    row(
-                        case,
-                        "p99 push+pull",
-                        _p99s(r, "exchange"),
-                        unit="ms",
-                        higher_is_better=False,
-                    )
-                )
         errors = sum(sum(p["errors"].values()) for r in results for p in r["parts"])
         trouble = sum(sum(r["trouble"].values()) for r in results)
         case = f"{ladder}, every size"
@@ -437,17 +432,15 @@ def result_rows(ladders: dict[str, list[dict]], checks: dict[int, dict], step_s:
         ]
     if len(checks) == 2:
         (g1, r1), (g2, r2) = sorted(checks.items())
-        case = f"{r1['workers']} workers, master alone, fresh jobs: {g2} load generators"
-        for count in ("tasks", "pushes"):
-            rows.append(
-                row(
-                    case,
-                    f"{count}/s",
-                    _rate(r2, count),
-                    _rate(r1, count),
-                    baseline_label=f"{g1} generators",
-                )
+        rows.append(
+            row(
+                f"{r1['workers']} workers, master alone, fresh jobs: {g2} load generators",
+                "pushes/s",
+                _rate(r2, "pushes"),
+                _rate(r1, "pushes"),
+                baseline_label=f"{g1} generators",
             )
+        )
     return rows
 
 
