@@ -51,6 +51,7 @@ BENCHMARKS = [
     "elastic_growth",
     "tls_cost",
     "long_journal",
+    "many_workers",
     "profile_step",
 ]
 # Results a benchmark writes when run with other options than `make bench` gives it, kept
