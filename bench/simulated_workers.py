@@ -52,7 +52,7 @@ from elasticdl_nb.runtime.process_env import MASTER_PATIENCE
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
-from elasticdl_nb.runtime.protocol.channels import MAX_MESSAGE_BYTES, host_of
+from elasticdl_nb.runtime.protocol.channels import CLIENT_OPTIONS, host_of
 from elasticdl_nb.runtime.protocol.frames import ERROR, MESSAGE, READY, hello
 from elasticdl_nb.runtime.protocol.patience import TRANSIENT
 from elasticdl_nb.runtime.protocol.tensors import to_tensor
@@ -66,15 +66,7 @@ EXCHANGE_TIMEOUT = 60.0  # BulkClient's
 # What protocol/auth.py's TokenAdder adds to every call.
 _TOKEN_HEADER, _PEER_HEADER = "authorization", "elasticdl-peer"
 # channels.py's client options, and a connection of the channel's own.
-_CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.enable_retries", 0),
-    ("grpc.use_local_subchannel_pool", 1),
-]
+_CHANNEL_OPTIONS = [*CLIENT_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 _FRAME_HEAD = struct.Struct("!BII")  # frames.py: kind, message bytes, buffer count
 LOOP_TICK = 0.05  # how often the loop's lag is sampled
 

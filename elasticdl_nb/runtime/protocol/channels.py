@@ -24,7 +24,7 @@ from elasticdl_nb.runtime.protocol.tls import JobTls
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
-_OPTIONS = [
+CLIENT_OPTIONS = [  # (also a benchmark's own asyncio channels: bench/simulated_workers.py)
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # Fail fast on a dead peer and reconnect quickly when it comes back at the same
@@ -34,7 +34,7 @@ _OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),
 ]
-_SERVER_OPTIONS = [*_OPTIONS, ("grpc.so_reuseport", 0)]
+_SERVER_OPTIONS = [*CLIENT_OPTIONS, ("grpc.so_reuseport", 0)]
 
 
 class AddressTaken(OSError):
@@ -64,9 +64,9 @@ def open_channel(
     if patience is not None:
         interceptors.append(PatientCalls(peer, address, patience))
     if tls is None:
-        channel = grpc.insecure_channel(address, options=_OPTIONS)
+        channel = grpc.insecure_channel(address, options=CLIENT_OPTIONS)
     else:
-        options = _OPTIONS + tls.channel_options(peer)
+        options = CLIENT_OPTIONS + tls.channel_options(peer)
         channel = grpc.secure_channel(address, tls.channel_credentials(), options=options)
     return grpc.intercept_channel(channel, *interceptors)
 
