@@ -24,6 +24,7 @@ history's events, then the rest (`Journal.read`, `read_journal_file`); the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -77,7 +78,7 @@ def compact(master: JobMaster, snapshot_path: Path, cap: int = THIN_CAP) -> dict
     journal = master.journal
     seq, blob = snapshot.take(master)
     write_snapshot(snapshot_path, blob)  # (first: the cut may drop only what it holds)
-    before = [e for e in journal.read(0, follow=False) if e.seq < seq]
+    before = list(itertools.takewhile(lambda e: e.seq < seq, journal.read(0, follow=False)))
     history, thinned = kept(before, cap)
     compacted = {
         "before": seq,

@@ -258,7 +258,7 @@ def _continued(path: Path) -> list[Event]:
 def read_journal_file(path: Path, from_seq: int = 0) -> Iterator[Event]:
     """Events of a journal file written by `Journal` (a finished job's history) from
     `from_seq`: what its history file kept of those it compacted, then the rest."""
-    tail = _open_or_none(path if path.exists() else None)
+    tail = _open_or_none(path)
     history = _open_or_none(history_path(path))  # (opened second: as new as the tail)
     if tail is None:
         if history is not None:
