@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from elasticdl_nb.runtime.job_dir import JobDir
 from elasticdl_nb.runtime.master import snapshot as snapshots
 from elasticdl_nb.runtime.master.journal import Event, Journal
-from elasticdl_nb.runtime.master.snapshot import SnapshotMismatch
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState
 
 if TYPE_CHECKING:
@@ -72,7 +71,7 @@ def take_over(master: JobMaster, files: JobDir, journal: Journal) -> None:
         try:
             rebuild(master, journal.continued, snapshot=path.read_bytes())
             return
-        except SnapshotMismatch as exc:
+        except snapshots.SnapshotMismatch as exc:
             if journal.first:
                 raise RuntimeError(f"this job cannot be taken over: {exc}") from exc
             log.warning("the snapshot is not this master's (%s): replaying the journal", exc)
