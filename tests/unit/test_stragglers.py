@@ -5,7 +5,10 @@ members are judged by their own compute time."""
 
 from __future__ import annotations
 
-from elasticdl_nb.runtime.master.stragglers import SUSTAIN_S, Stragglers
+import random
+import statistics
+
+from elasticdl_nb.runtime.master.stragglers import SUSTAIN_S, Stragglers, _median_without
 from tests.unit.timed_journal import T0, TimedJournal
 
 TASK = 4  # minibatches per task
@@ -94,3 +97,15 @@ def test_a_straggler_that_ends_is_cleared_and_a_new_master_sees_the_same(tmp_pat
     assert cleared == {"worker": 1, "reason": "ended"}
     rebuilt.check()  # it has journaled that already: nothing twice
     assert len(job.events("straggler_cleared")) == 1 and rebuilt.status() == []
+
+
+def test_the_median_of_the_others_is_the_median_of_the_rest():
+    """A judgement takes each worker's value out of one sorted list (not a list of the
+    others per worker): the same median as a copy without it, ties and all."""
+    rng = random.Random(39)
+    for _ in range(2000):
+        values = [rng.choice([0.1, 0.2, 0.3, rng.random()]) for _ in range(rng.randint(2, 12))]
+        value = rng.choice(values)
+        rest = list(values)
+        rest.remove(value)
+        assert _median_without(sorted(values), value) == statistics.median(rest)

@@ -18,8 +18,11 @@ the other live workers (those that finished a task in the last `STALE_S` seconds
 is flagged a straggler, with a `straggler` event, once it has lagged at every judgement
 for `SUSTAIN_S` seconds; it stops being one, with a `straggler_cleared` event, once it
 has not lagged for `SUSTAIN_S` seconds, or when it ends or retires. Judgements are made
-at each `worker_time` event, at that event's time, so a worker that starts lagging at t
-is flagged at t + `SUSTAIN_S` + the time its next `SAMPLES` // 2 + 1 slow tasks take.
+at a `worker_time` event, at that event's time, at most every `JUDGE_EVERY_S` (a
+judgement weighs every worker against the others: with a thousand workers finishing tasks,
+one per event was most of the master's time), so a worker that starts lagging at t is
+flagged within t + `SUSTAIN_S` + `JUDGE_EVERY_S` + the time its next `SAMPLES` // 2 + 1
+slow tasks take.
 
 `Stragglers` is a fold over the journal (`goodput.JournalFold`): the master that wrote
 the events and one that replaced it judge the same; a new master journals a flag or a
@@ -29,6 +32,7 @@ clearing the old one had not written yet at its next `check`.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -40,6 +44,7 @@ RATIO = 2.0
 SAMPLES = 3  # a worker's step time: the median of its last SAMPLES training tasks
 SUSTAIN_S = 8.0  # lagging (or not) this long flags (or clears) a straggler
 STALE_S = 60.0  # a worker without a training task in this long is left out of the median
+JUDGE_EVERY_S = 1.0  # judgements at most this often, by the events' clock
 
 
 @dataclass
@@ -90,7 +95,8 @@ class Stragglers(JournalFold):
         worker.last = t
         if worker.tasks > 1:
             worker.samples.append(float(d[self._seconds]) / d["minibatches"])
-        self._judge(t)
+        if t - self._now >= JUDGE_EVERY_S:
+            self._judge(t)
 
     def _judge(self, now: float) -> None:
         """Whether each worker lags now, and since when it has (or has not)."""
@@ -100,11 +106,11 @@ class Stragglers(JournalFold):
             for w, state in self._workers.items()
             if (s := state.step_s()) is not None and now - state.last <= STALE_S
         }
+        ranked = sorted(steps.values())
         for w, state in self._workers.items():
-            others = [s for other, s in steps.items() if other != w]
-            if w not in steps or not others:
+            if w not in steps or len(ranked) < 2:
                 continue
-            median = statistics.median(others)
+            median = _median_without(ranked, steps[w])
             lags = steps[w] > RATIO * median
             state.judged = {
                 "worker": w,
@@ -145,3 +151,15 @@ class Stragglers(JournalFold):
         """The stragglers now, as their `straggler` events said."""
         self.catch_up()
         return [self.flagged[w] for w in sorted(self.flagged)]
+
+
+def _median_without(ranked: list[float], value: float) -> float:
+    """The median of sorted `ranked` with one `value` taken out, without copying it: a
+    judgement takes one per worker (O(workers log workers) in all, not workers squared)."""
+    gone = bisect_left(ranked, value)
+    n = len(ranked) - 1
+
+    def at(k: int) -> float:  # the k-th of the rest
+        return ranked[k if k < gone else k + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
