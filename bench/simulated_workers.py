@@ -54,7 +54,7 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import TOKEN_ENV
 from elasticdl_nb.runtime.protocol.channels import CLIENT_OPTIONS, host_of
 from elasticdl_nb.runtime.protocol.frames import ERROR, MESSAGE, READY, hello
-from elasticdl_nb.runtime.protocol.patience import TRANSIENT
+from elasticdl_nb.runtime.protocol.patience import transient
 from elasticdl_nb.runtime.protocol.tensors import to_tensor
 from elasticdl_nb.runtime.protocol.tls import MASTER, ps_name
 from elasticdl_nb.runtime.worker.reporter import HEARTBEAT_SECONDS, NO_TASK, Reporter
@@ -262,7 +262,7 @@ class SimulatedWorker:
                 reply = await call(request, timeout=timeout, metadata=self._metadata)
             except grpc.aio.AioRpcError as err:
                 self.window.now.errors[f"{kind}:{err.code().name}"] += 1
-                if err.code() not in TRANSIENT or time.monotonic() + delay > deadline:
+                if not transient(err) or time.monotonic() + delay > deadline:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MASTER_PATIENCE.max_delay)

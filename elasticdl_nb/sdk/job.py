@@ -25,10 +25,10 @@ from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.channels import open_channel
 from elasticdl_nb.runtime.protocol.patience import (
-    TRANSIENT,
     Backoff,
     Patience,
     PeerUnreachable,
+    transient,
     wrong_peer,
 )
 from elasticdl_nb.runtime.protocol.tls import MASTER
@@ -136,7 +136,7 @@ class Job:
                 misdirected = wrong_peer(err, MASTER, self._stub_address)
                 if misdirected is not None:
                     raise misdirected from None
-                if err.code() not in TRANSIENT or backoff.exhausted:
+                if not transient(err) or backoff.exhausted:
                     break  # what its files say
                 backoff.wait()
                 continue
@@ -194,9 +194,9 @@ class Job:
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise TimeoutError(f"job {self.name!r}: no end within {timeout} s") from None
-                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                if not transient(err) and err.code() != grpc.StatusCode.CANCELLED:
                     raise
-                time.sleep(0.2)  # the master is exiting or briefly unreachable: look again
+                time.sleep(0.2)  # the master is exiting, busy or briefly unreachable
 
     def metrics(self) -> dict[str, list]:
         """Training loss by step and every evaluation so far, from the journal (a long

@@ -435,6 +435,34 @@ class PeerUnreachableData(TypedDict, total=False):
     detail: str
 
 
+class MasterSaturatedData(TypedDict, total=False):
+    """The master is behind its workers (runtime/master/saturation.py): since its last
+    look it turned `turned_away` calls away (it holds at most `max_calls` at once, on
+    `threads` threads), or one waited `longest_wait_s` for a thread. `calls` are held
+    now, `waiting` of them for a thread; it served `calls_per_s`. Its callers wait their
+    turn and try again; no worker is given up on for silence while it is behind."""
+
+    calls: int
+    waiting: int
+    max_calls: int
+    threads: int
+    turned_away: int
+    longest_wait_s: float
+    calls_per_s: float
+
+
+class MasterCaughtUpData(TypedDict, total=False):
+    """The master keeps up again, after `seconds` behind: it served `served` calls then
+    (`calls_per_s`), turned `turned_away` away, and the longest wait for a thread was
+    `longest_wait_s`."""
+
+    seconds: float
+    served: int
+    turned_away: int
+    longest_wait_s: float
+    calls_per_s: float
+
+
 # -------------------------------------------------------------------- the kinds
 
 
@@ -485,6 +513,8 @@ class EventKind(StrEnum):
     GROUP_SETTLED = "group_settled", GroupSettledData
     PEER_UNREACHABLE = "peer_unreachable", PeerUnreachableData
     JOURNAL_COMPACTED = "journal_compacted", JournalCompactedData
+    MASTER_SATURATED = "master_saturated", MasterSaturatedData
+    MASTER_CAUGHT_UP = "master_caught_up", MasterCaughtUpData
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -511,7 +541,7 @@ OPEN_KINDS = frozenset({EventKind.QUEUE})
 DROPPED_KINDS = frozenset({EventKind.QUEUE, EventKind.EVALUATION_TASK})
 THINNED_KINDS = frozenset(
     {EventKind.LOSS, EventKind.PROGRESS, EventKind.WORKER_TIME, EventKind.CHECKPOINT,
-     EventKind.TABLES}
+     EventKind.TABLES, EventKind.MASTER_SATURATED, EventKind.MASTER_CAUGHT_UP}
 )  # fmt: skip
 THIN_CAP = 4096
 

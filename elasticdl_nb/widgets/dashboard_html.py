@@ -18,6 +18,7 @@ from elasticdl_nb.sdk.view.text import (
     INSTANCE_LOST,
     format_percent,
     format_progress,
+    format_saturated,
     format_stragglers,
     format_workers,
     times_median,
@@ -106,6 +107,8 @@ def status_html(view: JobView, now: float) -> str:
     figures.append(colored(line, WARNING_COLOR) if workers["waiting"] else line)
     if view.stragglers:
         figures.append(colored(format_stragglers(view.stragglers), WARNING_COLOR))
+    if view.master_saturated:
+        figures.append(colored(e(format_saturated(view.master_saturated)), WARNING_COLOR))
     if view.ps:
         figures.append(f"PS {view.ps}")
     if view.group_version:

@@ -30,6 +30,7 @@ from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.ps_strategy import PsStrategy
 from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.protocol.channels import open_channel
+from elasticdl_nb.runtime.protocol.server_load import ServerLoad
 from elasticdl_nb.runtime.protocol.tls import JobTls, ps_name
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import Strategy
@@ -61,6 +62,7 @@ def build_master(
     ps_addrs: list[str] | None = None,
     load_contract: Callable[[], object] | None = None,
     prediction: list[SourceInfo] = (),
+    server_load: ServerLoad | None = None,
 ) -> JobMaster:
     """The master of the job `spec` whose directory is `job_dir`, journaling to `journal`.
 
@@ -68,7 +70,8 @@ def build_master(
     process environment bound). `ps_addrs` are the PS addresses when they are fixed before
     any PS starts (else each PS reports where it serves). `token` and `tls` are what it
     reaches the PS with (`tls` None: plaintext); `prediction`: the data it predicts for
-    once trained. `load_contract` gives the
+    once trained; `server_load`, its server's load, which it watches (saturation.py).
+    `load_contract` gives the
     model's contract for merging evaluation metrics; by default the job's bundle is
     loaded on first use. Nothing is started: `master.start_instances()` launches the
     instances and `master.run()` drives the job."""
@@ -88,6 +91,7 @@ def build_master(
         launcher_for=launcher_for,
         load_contract=load_contract or _bundle_loader(job_dir),
         prediction=prediction,
+        server_load=server_load,
     )
 
 

@@ -7,7 +7,7 @@ cuts its journal there (`Journal.cut`): the events before the snapshot leave mem
 and `events.jsonl`, and the history file keeps of them (the rule, `vocabulary.events`):
 
 - none of DROPPED_KINDS (`queue`, `evaluation_task`): the snapshot holds what they built;
-- of each of THINNED_KINDS (`loss`, `progress`, `worker_time`, `checkpoint`, `tables`),
+- of each of THINNED_KINDS (`loss`, `progress`, `worker_time`, ..., `master_saturated`),
   at most THIN_CAP: while there are more, the newer half stays whole and every other
   event of the older half goes, so the older a stretch of the job, the coarser its
   sample (the events since the newest cut are all there, in `events.jsonl`);

@@ -67,6 +67,8 @@ class Coordinator:
     def _turn(self) -> None:
         job = self._job
         with job.lock, job.journal.transaction():
+            if job.saturation and job.state not in MASTER_END_STATES:
+                job.saturation.check()  # (before judging silences: it may excuse them)
             if job.state in MASTER_END_STATES or not job.strategy.ready_to_train():
                 return
             job.strategy.tick()

@@ -35,6 +35,7 @@ from elasticdl_nb.runtime.master.instances import InstanceManager, LauncherFor
 from elasticdl_nb.runtime.master.journal import Journal
 from elasticdl_nb.runtime.master.phases import Phases
 from elasticdl_nb.runtime.master.progress import Progress
+from elasticdl_nb.runtime.master.saturation import Saturation
 from elasticdl_nb.runtime.master.stragglers import Stragglers
 from elasticdl_nb.runtime.master.strategy import JobControl, TrainingStrategy
 from elasticdl_nb.runtime.master.task_desk import TaskDesk
@@ -42,6 +43,7 @@ from elasticdl_nb.runtime.master.tasks import TaskQueue
 from elasticdl_nb.runtime.master.worker_floor import WorkerFloor
 from elasticdl_nb.runtime.master.worker_silence import WorkerSilence
 from elasticdl_nb.runtime.protocol import elasticdl_pb2 as pb
+from elasticdl_nb.runtime.protocol.server_load import ServerLoad
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, JobState, Phase, Role
 
@@ -84,6 +86,7 @@ class JobMaster:
         launcher_for: LauncherFor,
         load_contract: Callable[[], object],
         prediction: list[SourceInfo] = (),
+        server_load: ServerLoad | None = None,
     ):
         self.spec, self.journal, self.job_dir = spec, journal, job_dir
         self.name = spec.name or Path(job_dir).name
@@ -107,6 +110,9 @@ class JobMaster:
         self.rebuilt: dict = {}  # what rebuilding from the journal took (recovery.py)
         self.desk = TaskDesk(self)  # GetTask and ReportProgress
         self.silence = WorkerSilence()  # when each worker last spoke (TaskDesk says)
+        self.saturation = (  # whether it keeps up with them (the coordinator looks)
+            Saturation(journal.append, server_load, self.silence) if server_load else None
+        )
         self.coordinator = Coordinator(self)
         self.decisions = CallbackDecisions(self, files.bundle, load_contract)
         self.evaluations = Evaluations(self, load_contract)

@@ -24,6 +24,7 @@ from elasticdl_nb.runtime.master import recovery
 from elasticdl_nb.runtime.master.assembly import build_master
 from elasticdl_nb.runtime.master.compaction import Compactor
 from elasticdl_nb.runtime.master.journal import Journal
+from elasticdl_nb.runtime.master.saturation import MAX_CALLS, THREADS
 from elasticdl_nb.runtime.master.service import MasterService
 from elasticdl_nb.runtime.master.site import MasterSite
 from elasticdl_nb.runtime.master.tensorboard_log import TensorBoardLog
@@ -31,6 +32,7 @@ from elasticdl_nb.runtime.process_env import ProcessEnv, tls_dir_from_environ
 from elasticdl_nb.runtime.protocol import elasticdl_pb2_grpc as rpc
 from elasticdl_nb.runtime.protocol.auth import token_from_env
 from elasticdl_nb.runtime.protocol.channels import make_server
+from elasticdl_nb.runtime.protocol.server_load import ServerLoad
 from elasticdl_nb.runtime.protocol.tls import MASTER
 from elasticdl_nb.spec import JobSpec
 from elasticdl_nb.vocabulary import JobState
@@ -50,8 +52,10 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
     sources = env.load_sources()
     train, validation = sources["train"], sources["validation"]
 
-    # Each worker may hold a thread for up to a second while it long-polls for a task.
-    server = make_server(token, MASTER, threads=64)
+    # At most MAX_CALLS calls at once, on THREADS threads; beyond, callers wait their
+    # turn (saturation.py).
+    load = ServerLoad(MAX_CALLS, THREADS)
+    server = make_server(token, MASTER, load=load)
     site = site_for(spec, job_dir)
     _open(site, files, name)
     address = site.bind(server, env.tls)
@@ -73,6 +77,7 @@ def serve(job_dir: Path, site_for: Callable[[JobSpec, Path], MasterSite]) -> Non
         prediction=sources.get("prediction", []),
         launcher_for=lambda on_event: site.launcher(env.to_environ(), on_event),
         ps_addrs=site.ps_addrs,  # fixed ones, else empty: each PS reports where it serves
+        server_load=load,
     )
     if journal.continued:  # the master before this one died: take the job over
         recovery.take_over(master, files, journal)

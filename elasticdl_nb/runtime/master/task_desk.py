@@ -26,6 +26,13 @@ from elasticdl_nb.vocabulary import MASTER_END_STATES, EventKind, Phase
 if TYPE_CHECKING:
     from elasticdl_nb.runtime.master.job_master import JobMaster
 
+# A GetTask that finds no work waits for some, holding one of the server's threads; at
+# most this many wait at once (of saturation.THREADS): at an epoch's end a thousand
+# workers ask with nothing queued, and their waits held every thread while the reports
+# that end the epoch queued behind them. The others are told to ask again later.
+WAITING_ASKS = 16
+ASK_AGAIN_S = 1.0  # (as long as the wait they were not given)
+
 
 class TaskDesk:
     """Guarded by the job's lock, like the queue and the state it reads. `work`, on that
@@ -42,6 +49,7 @@ class TaskDesk:
         self._task_given: dict[int, tuple[int, pb.Task]] = {}
         self._task_asking: dict[int, int] = {}
         self._asks = 0
+        self._waiting = 0  # GetTasks waiting for work now
         self._reports_counted: dict[int, int] = {}
 
     def get_task(self, worker_id: int, seq: int = 0, wait_seconds: float = 1.0) -> pb.Task:
@@ -68,10 +76,8 @@ class TaskDesk:
                 if job.state in MASTER_END_STATES:
                     return pb.Task(type=pb.FINISHED)
                 if job.instances.stands_by(worker_id):  # no work, until it is promoted
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return pb.Task(type=pb.NONE, wait_seconds=0.0)  # (it asks again)
-                    self.work.wait(left)
+                    if not self._wait(deadline):
+                        return pb.Task(type=pb.NONE, wait_seconds=self._ask_again(0.0))
                     continue
                 if not job.instances.takes_work(worker_id):
                     return job.strategy.task_for_unwanted(worker_id)
@@ -87,10 +93,27 @@ class TaskDesk:
                     # no more work now, so it sends that push first (and may end the epoch).
                     return pb.Task(type=pb.NONE, wait_seconds=0.05)
                 job.wake()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return pb.Task(type=pb.NONE, wait_seconds=job.strategy.idle_wait_seconds)
-                self.work.wait(left)
+                if not self._wait(deadline):
+                    idle = job.strategy.idle_wait_seconds
+                    return pb.Task(type=pb.NONE, wait_seconds=self._ask_again(idle))
+
+    def _wait(self, deadline: float) -> bool:
+        """Wait for work until `deadline` (under the lock), unless it has passed or
+        WAITING_ASKS calls wait already: False then."""
+        left = deadline - time.monotonic()
+        if left <= 0 or self._waiting >= WAITING_ASKS:
+            return False
+        self._waiting += 1
+        try:
+            self.work.wait(left)
+        finally:
+            self._waiting -= 1
+        return True
+
+    def _ask_again(self, idle: float) -> float:
+        """How long a worker told "no work" waits before it asks again: `idle`, or
+        ASK_AGAIN_S when as many calls wait on the desk as may."""
+        return ASK_AGAIN_S if self._waiting >= WAITING_ASKS else idle
 
     def _give(self, worker_id: int, seq: int, task) -> pb.Task:
         """The message of a task handed to a worker; a training task carries the

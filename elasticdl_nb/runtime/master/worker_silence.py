@@ -12,8 +12,11 @@ it still pushes meanwhile is applied once all the same: a PS takes each minibatc
 whoever pushes it.
 
 The budget: a cut-off worker's tasks go to the others within SILENCE_SECONDS and one
-coordinator turn (half a second) of its last word. The allreduce strategy does not use
-this: its members' step deadlines find one that stops (`collective/`).
+coordinator turn (half a second) of its last word. A master that cannot keep up with its
+workers (saturation.py) excuses every silence while it is behind: a worker's call may be
+waiting in its queue, or have been turned away, and silence counts again from then. The
+allreduce strategy does not use this: its members' step deadlines find one that stops
+(`collective/`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ class WorkerSilence:
     ):
         self.seconds, self._clock = seconds, clock
         self._heard: dict[int, float] = {}
+        self._excused = float("-inf")  # no silence before this counts
 
     def heard(self, worker_id: int) -> None:
         self._heard[worker_id] = self._clock()
+
+    def excuse(self) -> None:
+        """Every worker's silence so far is the master's doing (it is behind): count
+        silence from now."""
+        self._excused = self._clock()
 
     def overdue(self, holders: Iterable[int]) -> list[tuple[int, float]]:
         """Of the workers that hold a task, those silent for longer than `seconds`, with
@@ -43,7 +52,7 @@ class WorkerSilence:
         now = self._clock()
         late = []
         for worker_id in sorted(set(holders)):
-            silent = now - self._heard.setdefault(worker_id, now)
+            silent = now - max(self._heard.setdefault(worker_id, now), self._excused)
             if silent > self.seconds:
                 late.append((worker_id, silent))
         return late

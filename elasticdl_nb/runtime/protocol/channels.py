@@ -20,6 +20,7 @@ import grpc
 
 from elasticdl_nb.runtime.protocol.auth import TokenAdder, TokenCheck
 from elasticdl_nb.runtime.protocol.patience import Patience, PatientCalls
+from elasticdl_nb.runtime.protocol.server_load import ServerLoad
 from elasticdl_nb.runtime.protocol.tls import JobTls
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -71,14 +72,24 @@ def open_channel(
     return grpc.intercept_channel(channel, *interceptors)
 
 
-def make_server(token: str, identity: str, threads: int = 16) -> grpc.Server:
+def make_server(
+    token: str, identity: str, threads: int = 16, load: ServerLoad | None = None
+) -> grpc.Server:
     """A server named `identity` that refuses calls without the job token or meant for
-    another server; add servicers, then `listen`."""
+    another server; add servicers, then `listen`. With `load`, it holds at most
+    `load.max_calls` calls at once and counts them (server_load.py): its threads are
+    `load`'s (`threads` is then `load.threads`)."""
+    if load is None:
+        return grpc.server(
+            futures.ThreadPoolExecutor(max_workers=threads),
+            interceptors=[TokenCheck(token, identity)],
+            options=_SERVER_OPTIONS,
+        )
     return grpc.server(
-        futures.ThreadPoolExecutor(max_workers=threads),
-        interceptors=[TokenCheck(token, identity)],
+        load.pool,
+        interceptors=[load, TokenCheck(token, identity)],
         options=_SERVER_OPTIONS,
-        maximum_concurrent_rpcs=None,
+        maximum_concurrent_rpcs=load.max_calls,
     )
 
 

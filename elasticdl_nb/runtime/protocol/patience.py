@@ -1,12 +1,14 @@
 """Calls that ride out a busy or briefly unreachable peer, and stop at a stated deadline.
 
 A loaded machine is normal: a master that is paused for a few seconds, a connection
-refused while a server starts, a reply that misses its timeout. One such failure must not
-end a process. A channel opened with a `Patience` retries every unary call that failed
-with UNAVAILABLE or DEADLINE_EXCEEDED, with backoff, until `seconds` have passed since
-the first attempt; then it raises `PeerUnreachable`, naming the peer, its address and how
-long it tried. Only idempotent calls go over such channels: the Master's GetTask and
-ReportProgress carry sequence numbers so that a repeated one is answered, not done twice.
+refused while a server starts, a reply that misses its timeout, a server that holds as
+many calls as it takes and turns the next away (server_load.py). One such failure must
+not end a process. A channel opened with a `Patience` retries every unary call that
+failed transiently (`transient`: UNAVAILABLE, DEADLINE_EXCEEDED, or a server's "busy"),
+with backoff, until `seconds` have passed since the first attempt; then it raises
+`PeerUnreachable`, naming the peer, its address and how long it tried. Only idempotent
+calls go over such channels: the Master's GetTask and ReportProgress carry sequence
+numbers so that a repeated one is answered, not done twice.
 
 A peer that answers but is not the one we mean (another job's server refuses our token,
 another server of this job says who it is, something else has no such method) is not
@@ -23,9 +25,23 @@ from dataclasses import dataclass
 
 import grpc
 
+from elasticdl_nb.runtime.protocol.server_load import BUSY_DETAILS
+
 log = logging.getLogger("elasticdl_nb.rpc")
 
 TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def transient(outcome: grpc.Call | grpc.RpcError) -> bool:
+    """Whether a call that ended so may succeed if tried again: the transport's codes,
+    or a server that was busy (RESOURCE_EXHAUSTED also means a message too large, which
+    no retry mends: gRPC's words tell the two apart)."""
+    code = outcome.code()
+    return code in TRANSIENT or (
+        code == grpc.StatusCode.RESOURCE_EXHAUSTED and outcome.details() == BUSY_DETAILS
+    )
+
+
 MISDIRECTED = {
     grpc.StatusCode.UNAUTHENTICATED: "refused this job's token: it is not a server of this job",
     grpc.StatusCode.PERMISSION_DENIED: "is another server of this job",
@@ -93,7 +109,7 @@ class PatientCalls(grpc.UnaryUnaryClientInterceptor):
         while True:
             outcome = continuation(client_call_details, request)
             code = outcome.code()
-            if code not in TRANSIENT:
+            if not transient(outcome):
                 if isinstance(outcome, grpc.RpcError):
                     misdirected = wrong_peer(outcome, self.peer, self.address)
                     if misdirected is not None:

@@ -173,6 +173,7 @@ class JobView:
         self._standby: set[int] = set()  # standby workers started or running (no work yet)
         self._pending: dict[int, str] = {}  # workers waiting to be scheduled -> why
         self.master_restarts = 0
+        self.master_saturated: dict | None = None  # its `master_saturated` data, while behind
         self.timeline = Timeline()
         # Bumped when the table or the log change: a renderer redraws those only then.
         self.instances_version = 0
@@ -358,6 +359,13 @@ class JobView:
 
     def _on_master_restarted(self, event: Event) -> None:
         self.master_restarts = event.data["incarnation"]
+        self.master_saturated = None  # (a new master: its own load, its own events)
+
+    def _on_master_saturated(self, event: Event) -> None:
+        self.master_saturated = event.data
+
+    def _on_master_caught_up(self, event: Event) -> None:
+        self.master_saturated = None
 
     def _on_relaunch(self, event: Event) -> None:
         d = payload(event, RelaunchData)
@@ -394,6 +402,8 @@ class JobView:
         EventKind.STRAGGLER: _on_straggler,
         EventKind.STRAGGLER_CLEARED: _on_straggler_cleared,
         EventKind.MASTER_RESTARTED: _on_master_restarted,
+        EventKind.MASTER_SATURATED: _on_master_saturated,
+        EventKind.MASTER_CAUGHT_UP: _on_master_caught_up,
     }
 
     # ------------------------------------------------------------------ derived figures
@@ -483,7 +493,7 @@ class JobView:
     def summary(self) -> dict[str, Any]:
         """The job in a few figures, as the sidebar shows it: progress (with `fraction`
         done), live and desired workers, PS, the newest evaluation, goodput, master
-        restarts and stragglers."""
+        restarts, whether the master is behind its workers, and stragglers."""
         return {
             "name": self.name,
             "backend": self.backend,
@@ -501,6 +511,7 @@ class JobView:
             "metrics": dict(self.last_metrics),
             "goodput": self.goodput(),
             "master_restarts": self.master_restarts,
+            "master_saturated": self.master_saturated is not None,
             "stragglers": sorted(self.stragglers),
         }
 

@@ -168,6 +168,22 @@ def _master_restarted(d: dict) -> str:
     )
 
 
+def format_saturated(d: dict) -> str:
+    """`master behind its workers: 256 calls held, 2,400 turned away` from a
+    `master_saturated` event's data."""
+    turned = f", {d['turned_away']:,} turned away" if d.get("turned_away") else ""
+    waited = f", a call waited {d['longest_wait_s']:.1f} s" if d.get("longest_wait_s") else ""
+    return f"master behind its workers: {d.get('calls', 0):,} calls held{turned}{waited}"
+
+
+def _caught_up(d: dict) -> str:
+    return (
+        f"master caught up after {d['seconds']:.0f} s behind: served {d['served']:,} "
+        f"calls ({d['calls_per_s']:g}/s), turned {d['turned_away']:,} away, the longest "
+        f"wait {d['longest_wait_s']:.1f} s"
+    )
+
+
 def _group_settled(d: dict) -> str:
     return (
         f"group v{d['version']} stepping again at step {d['step']}: "
@@ -236,6 +252,8 @@ _PHRASES: dict[EventKind, Callable[[dict], str | None]] = {
         f"worker {d['worker']} is no longer a straggler ({d['reason']})"
     ),
     EventKind.MASTER_RESTARTED: _master_restarted,
+    EventKind.MASTER_SATURATED: format_saturated,
+    EventKind.MASTER_CAUGHT_UP: _caught_up,
     EventKind.JOB_STATE: _job_state,
 }
 
