@@ -31,8 +31,10 @@ Three ladders, each one job grown by the master's own Scale RPC through the size
 At each size, after a warm-up, a window of `PARTS` parts (rates: median and range over
 the parts; latencies: p50/p99 over the window): task hand-outs/s, reports/s, pushes/s;
 GetTask answered with a task, ProgressReport, push+pull latencies; RPC errors (each one
-retried); the master's and the PS's CPU (% of one core), RSS, threads and sockets (the
-PS: one per bulk connection); journal events/s (events.jsonl) and the events that say
+retried; the master's "busy" apart); whether the master said it was saturated
+(`master_saturated` / `master_caught_up`); the master's and the PS's CPU (% of one
+core), RSS, threads and sockets (the PS: one per bulk connection); journal events/s
+(by their numbers) and the events that say
 something went wrong (relaunches, instance ends, workers given up on, requeues,
 stragglers); each generator's CPU and its loop's lag (how late a 50 ms sleep wakes).
 Then (not with --quick) 5 s of py-spy on the master and the PS, summarized into where
@@ -75,6 +77,7 @@ from simulated_job import (
 )
 from simulated_workers import Histogram
 
+from elasticdl_nb.runtime.master.journal import read_journal_file
 from elasticdl_nb.vocabulary import EventKind
 
 NAME = "many_workers"
@@ -88,6 +91,8 @@ WATCHED = (  # journal events that say something went wrong, counted per window
     EventKind.REQUEUE,
     EventKind.STRAGGLER,
 )
+SATURATION_KINDS = (EventKind.MASTER_SATURATED, EventKind.MASTER_CAUGHT_UP)
+BUSY = "RESOURCE_EXHAUSTED"  # a call the master turned away (saturation.py): retried
 
 
 @dataclass(frozen=True)
@@ -122,13 +127,33 @@ class Settings:
     profile_s: float  # 0: no profile
 
 
-def journal_since(path: Path, offset: int) -> list[dict]:
-    """The whole lines appended to the journal file after `offset`, as events."""
+def newest_seq(path: Path) -> int:
+    """The number of the newest whole event in the journal file (-1: none yet)."""
     with open(path, "rb") as f:
-        f.seek(offset)
+        f.seek(max(0, f.seek(0, 2) - 65536))
         data = f.read()
-    whole = data[: data.rfind(b"\n") + 1]
-    return [json.loads(line) for line in whole.splitlines() if line.strip()]
+    lines = data[: data.rfind(b"\n") + 1].splitlines()
+    return json.loads(lines[-1])["seq"] if lines else -1
+
+
+def journal_since(path: Path, seq: int) -> list[dict]:
+    """The events from number `seq` on, as the journal keeps them (the master compacts
+    its journal every 20,000 events: an event of a dropped or thinned kind before a cut
+    may be gone; the count of events written is the numbers', `newest_seq`)."""
+    return [{"seq": e.seq, "kind": e.kind, "data": e.data} for e in read_journal_file(path, seq)]
+
+
+def saturation(events: list[dict], busy_before: bool) -> dict[str, Any]:
+    """The master's saturation in a window: the spells begun and ended, the calls turned
+    away in spells that ended, and whether it was behind at the window's end."""
+    spells = [e for e in events if e["kind"] in SATURATION_KINDS]
+    busy = spells[-1]["kind"] == EventKind.MASTER_SATURATED if spells else busy_before
+    return {
+        "began": sum(e["kind"] == EventKind.MASTER_SATURATED for e in spells),
+        "ended": sum(e["kind"] == EventKind.MASTER_CAUGHT_UP for e in spells),
+        "behind_at_end": busy,
+        "first": next((e["data"] for e in spells if e["kind"] == EventKind.MASTER_SATURATED), None),
+    }
 
 
 def measure(job: Job, workers: int, s: Settings) -> dict[str, Any]:
@@ -140,7 +165,7 @@ def measure(job: Job, workers: int, s: Settings) -> dict[str, Any]:
         f"generator-{i}": g.proc.pid for i, g in enumerate(job.generators)
     }
     looks = [{name: ProcessSample.of(pid) for name, pid in pids.items()}]
-    offset = job.record.files.events.stat().st_size
+    first_seq = newest_seq(job.record.files.events) + 1
     began = time.monotonic()
     parts = []
     for _ in range(PARTS):
@@ -149,7 +174,8 @@ def measure(job: Job, workers: int, s: Settings) -> dict[str, Any]:
         looks.append({name: ProcessSample.of(pid) for name, pid in pids.items()})
         parts.append(_part(marks, looks[-2], looks[-1]))
     seconds = time.monotonic() - began
-    events = journal_since(job.record.files.events, offset)
+    events = journal_since(job.record.files.events, first_seq)
+    written = newest_seq(job.record.files.events) + 1 - first_seq
     latency: dict[str, Histogram] = collections.defaultdict(Histogram)
     for part in parts:
         for kind, hist in part.pop("latency").items():
@@ -173,13 +199,15 @@ def measure(job: Job, workers: int, s: Settings) -> dict[str, Any]:
             }
             for kind, h in sorted(latency.items())
         },
-        "events_per_s": len(events) / seconds,
+        "events_per_s": written / seconds,
+        "saturation": saturation(events, job.behind),
         "epochs_begun": kinds.get(EventKind.EPOCH, 0),
         "event_kinds": dict(kinds.most_common()),
         "trouble": {str(k): kinds.get(k, 0) for k in WATCHED} | {"instance_ended": ended},
         "processes": {name: _process(first[name], last[name]) for name in pids},
         "master_alive": job.master_proc.poll() is None,
     }
+    job.behind = result["saturation"]["behind_at_end"]
     if s.profile_s:
         result["profile"] = profile({"master": job.master_pid, "ps": ps_pid}, s.profile_s)
     return result
@@ -417,11 +445,18 @@ def result_rows(ladders: dict[str, list[dict]], checks: dict[int, dict], step_s:
                     higher_is_better=False,
                 ),
             ]
-        errors = sum(sum(p["errors"].values()) for r in results for p in r["parts"])
+        errors, busy = (sum(_errors(r)[i] for r in results) for i in (0, 1))
         trouble = sum(sum(r["trouble"].values()) for r in results)
         case = f"{ladder}, every size"
         rows += [
-            row(case, "RPC errors (each retried)", [errors], higher_is_better=False, limit=0),
+            row(
+                case,
+                "RPC errors but 'busy' (each retried)",
+                [errors],
+                higher_is_better=False,
+                limit=0,
+            ),
+            row(case, "calls the master turned away busy (retried)", [busy]),
             row(
                 case,
                 "relaunches, ends, workers given up on, requeues, stragglers",
@@ -442,6 +477,24 @@ def result_rows(ladders: dict[str, list[dict]], checks: dict[int, dict], step_s:
             )
         )
     return rows
+
+
+def _errors(r: dict) -> tuple[int, int]:
+    """A size's failed calls (each retried): (those but 'busy', the master's 'busy')."""
+    counts = collections.Counter()
+    for p in r["parts"]:
+        for kind, n in p["errors"].items():
+            counts[kind.endswith(BUSY)] += n
+    return counts[False], counts[True]
+
+
+def _saturated(r: dict) -> str:
+    """Whether the master said it was behind, in a size's window."""
+    sat = r.get("saturation") or {}
+    if not sat.get("began") and not sat.get("behind_at_end"):
+        return "no"
+    spells = f"{sat['began']} began, {sat['ended']} ended"
+    return f"**behind** ({spells})" if sat["behind_at_end"] else f"caught up ({spells})"
 
 
 def _p99s(r: dict, kind: str) -> list[float]:
@@ -510,8 +563,8 @@ def _table(results: list[dict], step_s: float) -> list[str]:
     lines = [
         "| workers | hand-outs/s (pace) | pushes/s (pace) | reports/s | GetTask→task | report "
         "| push+pull | master | events/s | PS | PS sockets | generators: CPU, loop lag p99 "
-        "| epochs begun | errors | trouble |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|---|",
+        "| epochs begun | errors (busy) | master saturated | trouble |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|---:|---:|---|---|",
     ]
     for r in results:
         pace_tasks, pace_pushes = _pace(r["workers"], step_s)
@@ -522,7 +575,7 @@ def _table(results: list[dict], step_s: float) -> list[str]:
             if name.startswith("generator") and p["cpu_percent"] is not None
         )
         lag = max((p["loop_lag_p99_ms"] or 0) for p in r["parts"])
-        errors = sum(sum(p["errors"].values()) for p in r["parts"])
+        errors, busy = _errors(r)
         trouble = ", ".join(f"{k} {v}" for k, v in r["trouble"].items() if v) or "none"
         lines.append(
             f"| {r['workers']} | {med(_rate(r, 'tasks'))} ({pace_tasks:,.0f}) "
@@ -530,7 +583,7 @@ def _table(results: list[dict], step_s: float) -> list[str]:
             f"| {lat(r, 'get_task:training')} | {lat(r, 'report')} | {lat(r, 'exchange')} "
             f"| {proc(procs['master'])} | {r['events_per_s']:,.0f} | {proc(procs['ps'])} "
             f"| {procs['ps'].get('sockets', '—')} | {gens}, {lag:.0f} ms | {r['epochs_begun']} "
-            f"| {errors} | {trouble} |"
+            f"| {errors} ({busy}) | {_saturated(r)} | {trouble} |"
         )
     return lines
 

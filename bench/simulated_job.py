@@ -304,6 +304,7 @@ class Job:
     master: rpc.MasterStub
     generators: list[GeneratorProcess] = field(default_factory=list)
     driven: set[int] = field(default_factory=set)  # the workers the generators run
+    behind: bool = False  # the master said it was saturated, and not yet caught up
     _ps_pid: int | None = field(default=None, init=False)
 
     @property

@@ -14,8 +14,9 @@ trainer.py's exact mode, reporter.py), with the model's computation replaced by 
 - it reports each pushed minibatch (its start, a loss, the PS version) from a reporter
   loop every 0.2 s, a task's end (with its `TaskTiming`) at once, an empty report as a
   heartbeat after 5 s of silence (the real Reporter's rates), each report numbered;
-- calls that fail with UNAVAILABLE or DEADLINE_EXCEEDED are retried with backoff and the
-  same number (`patience.py`), and counted; a report answered `stop` ends the worker.
+- calls that fail transiently (UNAVAILABLE, DEADLINE_EXCEEDED, the master busy) are
+  retried with backoff and the same number (`patience.py`), and counted; a report
+  answered `stop` ends the worker.
 
 A worker here is a coroutine: one asyncio loop per process drives all of its workers,
 each with its own gRPC channel to the master (its own connection, as a separate process
