@@ -79,6 +79,8 @@ export interface IJobSummary {
   goodput?: number | null;
   /** How many times the job's master died and was replaced. */
   master_restarts?: number;
+  /** The master is behind its workers: it turns calls away, or they wait for a thread. */
+  master_saturated?: boolean;
   /** A Kubernetes job that only the namespace knows (another notebook started it). */
   remote?: boolean;
 }

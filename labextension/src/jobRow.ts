@@ -75,6 +75,10 @@ export class JobRow {
       'goodput: worker time spent training over the worker time wanted';
     this._restarts = element('span', 'edl-job-restarts');
     this._restarts.title = 'the job went on after its master died';
+    this._saturated = element('span', 'edl-job-saturated');
+    this._saturated.title =
+      'the master cannot keep up with its workers: they wait their turn (the job log says more)';
+    this._saturated.textContent = 'master saturated';
     facts.append(
       this._epoch,
       this._workers,
@@ -82,7 +86,8 @@ export class JobRow {
       this._ps,
       this._age,
       this._goodput,
-      this._restarts
+      this._restarts,
+      this._saturated
     );
 
     // Why the newest pending worker waits (the scheduler's words), why training
@@ -217,6 +222,7 @@ export class JobRow {
     this._restarts.dataset.restarts = String(restarts);
     this._restarts.textContent =
       restarts > 0 ? `master restarted ${restarts}×` : '';
+    this._saturated.hidden = over || !job.master_saturated;
 
     const message = job.error || job.waiting || '';
     this._message.textContent = message;
@@ -330,6 +336,7 @@ export class JobRow {
   private readonly _age: HTMLSpanElement;
   private readonly _goodput: HTMLSpanElement;
   private readonly _restarts: HTMLSpanElement;
+  private readonly _saturated: HTMLSpanElement;
   private readonly _message: HTMLDivElement;
   private readonly _scaleGroup: HTMLSpanElement;
   private readonly _down: HTMLButtonElement;

@@ -332,3 +332,26 @@ def test_the_view_counts_predicted_records_and_says_where_they_went():
     assert describe(done) == (
         "predicted for 100 records in /job/predictions (job.predictions() reads them)"
     )
+
+
+def test_the_view_says_while_the_master_is_behind_its_workers():
+    from elasticdl_nb.widgets.dashboard_html import status_html
+
+    ev = Events()
+    ev("job_state", state="running", reason="started", **progress(0, 0))
+    behind = ev("master_saturated", calls=256, waiting=192, max_calls=256, threads=64,
+                turned_away=1200, longest_wait_s=0.8, calls_per_s=900.0)  # fmt: skip
+    view = view_of(ev.list)
+    assert view.summary()["master_saturated"] is True
+    said = "master behind its workers: 256 calls held, 1,200 turned away"
+    assert said in describe(behind) and said in status_html(view, T0)
+    caught_up = ev("master_caught_up", seconds=42.0, served=38000, turned_away=5000,
+                   longest_wait_s=1.2, calls_per_s=904.8)  # fmt: skip
+    view.apply(caught_up)
+    assert view.summary()["master_saturated"] is False
+    assert "master behind" not in status_html(view, T0)
+    assert describe(caught_up).startswith("master caught up after 42 s behind: served 38,000")
+    view.apply(ev("master_saturated", calls=256, turned_away=3))
+    view.apply(ev("master_restarted", incarnation=1, replayed=10, rebuild_s=0.1, down_s=2.0,
+                  adopted=3))  # fmt: skip
+    assert view.summary()["master_saturated"] is False  # (the new master's own load)
