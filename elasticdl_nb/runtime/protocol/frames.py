@@ -45,12 +45,19 @@ _HEAD = struct.Struct("!BII")
 BUFFER_ALIGNMENT = 64
 
 
+# Connections a listener holds before they are accepted: a thousand workers connect to a
+# PS at once (a job starting, a PS coming back), and beyond Python's default of 128 the
+# kernel drops their SYNs, which come again a second later (the kernel caps it at its
+# net.core.somaxconn).
+BACKLOG = 1024
+
+
 def listen_socket(host: str, port: int = 0) -> socket.socket:
     """A listening TCP socket on `host`, at `port` or one the OS picks, never shared:
     without SO_REUSEPORT, a port another listener holds is an `AddressTaken` error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host, port), family=family, reuse_port=False)
+        return socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=False)
     except OSError as exc:
         raise AddressTaken(f"{host}:{port}", exc.strerror or str(exc)) from None
 
