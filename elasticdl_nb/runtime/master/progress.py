@@ -21,9 +21,14 @@ class Progress:
         self.records_per_epoch = sum(s.num_records for s in queue.train)
         self.loss_points = 0  # training losses reported (a redone minibatch reports again)
         self._window: deque[tuple[float, int]] = deque()  # (when, records) applied
+        self._in_window = 0  # the records of the window's entries after its first
+        # (a sum kept, not taken: at a thousand workers the window holds thousands of
+        # entries, and each task's end asks for the rate)
 
     def applied(self, minibatches: int) -> None:
         """Minibatches newly counted done: they make the throughput."""
+        if self._window:
+            self._in_window += minibatches * self._batch
         self._window.append((time.monotonic(), minibatches * self._batch))
 
     def number_losses(self, count: int) -> int:
@@ -35,11 +40,12 @@ class Progress:
     def fields(self, epoch: int) -> dict:
         """The progress fields of events and status, for the current `epoch` (-1: none)."""
         now = time.monotonic()
-        while self._window and now - self._window[0][0] > WINDOW_SECONDS:
-            self._window.popleft()
         window = self._window
+        while window and now - window[0][0] > WINDOW_SECONDS:
+            window.popleft()
+            self._in_window -= window[0][1] if window else self._in_window
         span = now - window[0][0] if len(window) > 1 else 0
-        rate = sum(n for _, n in list(window)[1:]) / span if span > 0 else 0.0
+        rate = self._in_window / span if span > 0 else 0.0
         epoch = max(epoch, 0)
         return {
             "epoch": epoch,
