@@ -51,6 +51,7 @@ BENCHMARKS = [
     "elastic_growth",
     "tls_cost",
     "long_journal",
+    "ctr_journal",
     "many_workers",
     "profile_step",
 ]
