@@ -79,17 +79,12 @@ def make_server(
     another server; add servicers, then `listen`. With `load`, it holds at most
     `load.max_calls` calls at once and counts them (server_load.py): its threads are
     `load`'s (`threads` is then `load.threads`)."""
-    if load is None:
-        return grpc.server(
-            futures.ThreadPoolExecutor(max_workers=threads),
-            interceptors=[TokenCheck(token, identity)],
-            options=_SERVER_OPTIONS,
-        )
+    check = TokenCheck(token, identity)
     return grpc.server(
-        load.pool,
-        interceptors=[load, TokenCheck(token, identity)],
+        load.pool if load else futures.ThreadPoolExecutor(max_workers=threads),
+        interceptors=[load, check] if load else [check],
         options=_SERVER_OPTIONS,
-        maximum_concurrent_rpcs=load.max_calls,
+        maximum_concurrent_rpcs=load.max_calls if load else None,
     )
 
 
