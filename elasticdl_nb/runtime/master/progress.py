@@ -42,8 +42,8 @@ class Progress:
         now = time.monotonic()
         window = self._window
         while window and now - window[0][0] > WINDOW_SECONDS:
-            window.popleft()
-            self._in_window -= window[0][1] if window else self._in_window
+            window.popleft()  # (the new first entry's records leave the sum)
+            self._in_window = self._in_window - window[0][1] if window else 0
         span = now - window[0][0] if len(window) > 1 else 0
         rate = self._in_window / span if span > 0 else 0.0
         epoch = max(epoch, 0)
